@@ -1,0 +1,7 @@
+"""`python -m benchc`: the same as the `benchc` command."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

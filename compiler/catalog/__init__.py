@@ -1,0 +1,1 @@
+"""Data tables: target capabilities and model presets."""

@@ -1,0 +1,172 @@
+"""The target table: one record of facts per device a spec can target. Data, not if-chains.
+
+Peak figures are dense (no sparsity) TFLOP/s per device, as in DESIGN.md's reference table.
+A fact we do not know is None and stays None: MFU for such a target is reported as null,
+never computed from another device's numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+PRECISIONS = ("fp32", "bf16", "fp16", "fp8")
+ATTENTION_KERNELS = ("eager", "sdpa", "fused", "flash", "xformers")
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    family: str  # "hpu" | "cuda" | "cpu": which adapter of the generated program runs it
+    device_name: str
+    peak_tflops: dict[str, float | None]  # precision -> dense peak per device; None = unknown
+    memory_gb: float | None  # device memory as the vendor states it (decimal GB)
+    hbm_tb_s: float | None  # memory bandwidth, TB/s
+    devices_per_node: int | None  # devices in one standard node; None = no fixed count
+    precisions: tuple[str, ...]  # precisions this target's software stack runs
+    unsupported_precisions: dict[str, str]  # precision -> why not, and what to do instead
+    attention: dict[str, str]  # kernel name in a spec -> what the program uses for it
+    unsupported_attention: dict[str, str]  # kernel -> why not, and what to do instead
+    distributed_backend: str  # torch.distributed backend
+    launchers: tuple[str, ...]  # first = default
+    facts_source: str = field(default="DESIGN.md reference table (vendor datasheets)")
+
+    def peak_flops(self, precision: str) -> float | None:
+        tflops = self.peak_tflops.get(precision)
+        return None if tflops is None else tflops * 1e12
+
+
+_GAUDI_ATTENTION = {
+    "eager": "explicit matmul-softmax attention",
+    "sdpa": "torch.nn.functional.scaled_dot_product_attention on hpu",
+    "fused": "FusedSDPA (habana_frameworks.torch.hpex.kernels), via optimum-habana processors",
+}
+_GAUDI_NO_ATTENTION = {
+    "flash": "flash-attention is a CUDA kernel; on Gaudi write attention = fused (FusedSDPA)",
+    "xformers": "xFormers is a CUDA library; on Gaudi write attention = fused (FusedSDPA)",
+}
+_GAUDI_NO_PRECISION = {
+    "fp16": "optimum-habana rejects fp16 ('not supported by optimum-habana'); Gaudi recipes use "
+    "bf16: write `on <target> { train.precision = bf16 }` to keep fp16 for the other targets",
+}
+_CUDA_ATTENTION = {
+    "eager": "explicit matmul-softmax attention",
+    "sdpa": "torch.nn.functional.scaled_dot_product_attention (backend chosen by PyTorch)",
+    "fused": "scaled_dot_product_attention restricted to the flash-attention backend",
+    "flash": "scaled_dot_product_attention restricted to the flash-attention backend",
+    "xformers": "xformers.ops.memory_efficient_attention",
+}
+_CPU_ATTENTION = {
+    "eager": "explicit matmul-softmax attention",
+    "sdpa": "torch.nn.functional.scaled_dot_product_attention",
+    "fused": "scaled_dot_product_attention (PyTorch's fused flash kernel for CPU)",
+}
+_CPU_NO_ATTENTION = {
+    "flash": "flash-attention is a CUDA kernel; on cpu write attention = fused or sdpa "
+    "(e.g. `on cpu { train.attention = sdpa }`)",
+    "xformers": "xFormers runs only on CUDA; on cpu write attention = fused or sdpa "
+    "(e.g. `on cpu { train.attention = sdpa }`)",
+}
+_GAUDI_LAUNCHERS = ("mpirun", "deepspeed", "torchrun")
+_CUDA_LAUNCHERS = ("torchrun",)
+
+
+TARGETS: dict[str, Target] = {
+    t.name: t
+    for t in (
+        Target(
+            name="gaudi2",
+            family="hpu",
+            device_name="Intel Gaudi 2 (HL-225)",
+            peak_tflops={"fp32": None, "bf16": 432.0, "fp16": 432.0, "fp8": 865.0},
+            memory_gb=96,
+            hbm_tb_s=2.46,
+            devices_per_node=8,
+            precisions=("fp32", "bf16", "fp8"),
+            unsupported_precisions=_GAUDI_NO_PRECISION,
+            attention=_GAUDI_ATTENTION,
+            unsupported_attention=_GAUDI_NO_ATTENTION,
+            distributed_backend="hccl",
+            launchers=_GAUDI_LAUNCHERS,
+        ),
+        Target(
+            name="gaudi3",
+            family="hpu",
+            device_name="Intel Gaudi 3 (HL-325L)",
+            peak_tflops={"fp32": None, "bf16": 1835.0, "fp16": 1835.0, "fp8": 1835.0},
+            memory_gb=128,
+            hbm_tb_s=3.67,
+            devices_per_node=8,
+            precisions=("fp32", "bf16", "fp8"),
+            unsupported_precisions=_GAUDI_NO_PRECISION,
+            attention=_GAUDI_ATTENTION,
+            unsupported_attention=_GAUDI_NO_ATTENTION,
+            distributed_backend="hccl",
+            launchers=_GAUDI_LAUNCHERS,
+        ),
+        Target(
+            name="a100",
+            family="cuda",
+            device_name="NVIDIA A100-SXM4-80GB",
+            peak_tflops={"fp32": None, "bf16": 312.0, "fp16": 312.0, "fp8": None},
+            memory_gb=80,
+            hbm_tb_s=2.04,
+            devices_per_node=8,
+            precisions=("fp32", "bf16", "fp16"),
+            unsupported_precisions={
+                "fp8": "the A100 (Ampere) has no FP8 tensor cores; use bf16 or fp16 on a100",
+            },
+            attention=_CUDA_ATTENTION,
+            unsupported_attention={},
+            distributed_backend="nccl",
+            launchers=_CUDA_LAUNCHERS,
+        ),
+        Target(
+            name="h100",
+            family="cuda",
+            device_name="NVIDIA H100 80GB HBM3 (SXM)",
+            peak_tflops={"fp32": None, "bf16": 989.0, "fp16": 989.0, "fp8": 1979.0},
+            memory_gb=80,
+            hbm_tb_s=3.35,
+            devices_per_node=8,
+            precisions=("fp32", "bf16", "fp16", "fp8"),
+            unsupported_precisions={},
+            attention=_CUDA_ATTENTION,
+            unsupported_attention={},
+            distributed_backend="nccl",
+            launchers=_CUDA_LAUNCHERS,
+        ),
+        Target(
+            name="h200",
+            family="cuda",
+            device_name="NVIDIA H200 (SXM)",
+            peak_tflops={"fp32": None, "bf16": 989.0, "fp16": 989.0, "fp8": 1979.0},
+            memory_gb=141,
+            hbm_tb_s=4.8,
+            devices_per_node=8,
+            precisions=("fp32", "bf16", "fp16", "fp8"),
+            unsupported_precisions={},
+            attention=_CUDA_ATTENTION,
+            unsupported_attention={},
+            distributed_backend="nccl",
+            launchers=_CUDA_LAUNCHERS,
+        ),
+        Target(
+            name="cpu",
+            family="cpu",
+            device_name="host CPU",
+            peak_tflops={"fp32": None, "bf16": None, "fp16": None, "fp8": None},
+            memory_gb=None,
+            hbm_tb_s=None,
+            devices_per_node=None,
+            precisions=("fp32", "bf16", "fp16"),
+            unsupported_precisions={
+                "fp8": "fp8 matmuls need Gaudi or H100-class tensor cores; on cpu use bf16",
+            },
+            attention=_CPU_ATTENTION,
+            unsupported_attention=_CPU_NO_ATTENTION,
+            distributed_backend="gloo",
+            launchers=("torchrun",),
+            facts_source="no peak figures: MFU is not reported for cpu",
+        ),
+    )
+}

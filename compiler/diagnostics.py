@@ -1,0 +1,172 @@
+"""Located errors: source files, spans, diagnostics and the one formatter that prints them.
+
+Every user mistake becomes a `Diagnostic` with a `Span`; a stage that finds one or more
+raises `BenchError`, and the CLI prints them with `format_diagnostics` and exits 2.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Source:
+    """A text the user gave us: a spec file, or a `--set` argument."""
+
+    name: str  # what we print: the path as the user wrote it, or "<--set 1>"
+    text: str = field(repr=False, compare=False)
+
+    def line_text(self, line: int) -> str:
+        lines = self.text.splitlines()
+        return lines[line - 1] if 0 < line <= len(lines) else ""
+
+    @property
+    def last_position(self) -> tuple[int, int]:
+        """(line, column) just after the last non-blank character; (1, 1) for an empty text."""
+        lines = self.text.splitlines()
+        for index in range(len(lines) - 1, -1, -1):
+            stripped = lines[index].rstrip()
+            if stripped:
+                return index + 1, len(stripped) + 1
+        return 1, 1
+
+    def position(self, offset: int) -> tuple[int, int]:
+        """1-based (line, column) of a character offset."""
+        before = self.text[:offset]
+        line = before.count("\n") + 1
+        column = offset - (before.rfind("\n") + 1) + 1
+        return line, column
+
+
+@dataclass(frozen=True)
+class Span:
+    """A region of a source: 1-based line and column, end column exclusive."""
+
+    source: Source
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+
+    @classmethod
+    def point(cls, source: Source, line: int, column: int) -> Span:
+        return cls(source, line, column, line, column + 1)
+
+    @classmethod
+    def start_of(cls, source: Source) -> Span:
+        return cls.point(source, 1, 1)
+
+    @classmethod
+    def end_of(cls, source: Source) -> Span:
+        line, column = source.last_position
+        return cls.point(source, line, column)
+
+    def __str__(self) -> str:
+        return f"{self.source.name}:{self.line}:{self.column}"
+
+
+@dataclass(frozen=True)
+class Note:
+    """A secondary location shown under a diagnostic (e.g. "first set here", "included from")."""
+
+    message: str
+    span: Span | None = None
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    message: str
+    span: Span | None
+    hint: str | None = None
+    notes: tuple[Note, ...] = ()
+    severity: str = "error"
+
+
+class BenchError(Exception):
+    """One or more user errors, each located. Never a bug in benchc."""
+
+    def __init__(self, diagnostics: Diagnostic | Sequence[Diagnostic]):
+        if isinstance(diagnostics, Diagnostic):
+            diagnostics = [diagnostics]
+        self.diagnostics: tuple[Diagnostic, ...] = tuple(unique(diagnostics))
+        super().__init__(format_diagnostics(self.diagnostics, color=False))
+
+
+def error(message: str, span: Span | None, hint: str | None = None, **kwargs) -> BenchError:
+    return BenchError(Diagnostic(message, span, hint, **kwargs))
+
+
+def unique(diagnostics: Iterable[Diagnostic]) -> list[Diagnostic]:
+    """Drop repeats (the same mistake found for every target or sweep point), keep order."""
+    seen: set[tuple] = set()
+    kept = []
+    for diagnostic in diagnostics:
+        key = (diagnostic.message, diagnostic.span, diagnostic.hint)
+        if key not in seen:
+            seen.add(key)
+            kept.append(diagnostic)
+    return kept
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str | None:
+    """'did you mean 'x'?' for the closest choice, or None when nothing is close."""
+    close = difflib.get_close_matches(word, sorted(set(choices)), n=1, cutoff=0.6)
+    return f"did you mean '{close[0]}'?" if close else None
+
+
+def choices_hint(word: str, choices: Iterable[str], noun: str) -> str:
+    """A hint naming the nearest choice (if any) and listing all of them."""
+    options = sorted(set(choices))
+    guess = did_you_mean(word, options)
+    listing = f"{noun}: {', '.join(options)}"
+    return f"{guess} {listing}" if guess else listing
+
+
+# ------------------------------------------------------------------ formatting
+
+_MAX_SHOWN_LINE = 200
+
+
+def _excerpt(span: Span) -> list[str]:
+    text = span.source.line_text(span.line).expandtabs(1)
+    if not text and span.line > 1 and not span.source.text:
+        return []
+    gutter = str(span.line)
+    pad = " " * len(gutter)
+    start = max(span.column - 1, 0)
+    end = span.end_column - 1 if span.end_line == span.line else len(text)
+    width = max(1, min(end, len(text)) - start) if start < len(text) else 1
+    shown = text
+    if len(shown) > _MAX_SHOWN_LINE:  # keep the caret visible on very long lines
+        cut = max(0, start - 40)
+        shown = "..." + shown[cut : cut + _MAX_SHOWN_LINE] + "..."
+        start = start - cut + 3
+        width = min(width, _MAX_SHOWN_LINE)
+    return [
+        f"{pad} |",
+        f"{gutter} | {shown}",
+        f"{pad} | {' ' * start}{'^' * width}",
+    ]
+
+
+def format_diagnostic(diagnostic: Diagnostic, color: bool = False) -> str:
+    bold, red, cyan, reset = ("\033[1m", "\033[31m", "\033[36m", "\033[0m") if color else ("",) * 4
+    where = f"{diagnostic.span}: " if diagnostic.span else ""
+    lines = [f"{bold}{where}{red}{diagnostic.severity}:{reset}{bold} {diagnostic.message}{reset}"]
+    if diagnostic.span is not None:
+        lines += _excerpt(diagnostic.span)
+    for note in diagnostic.notes:
+        where = f"{note.span}: " if note.span else ""
+        lines.append(f"  {cyan}note:{reset} {where}{note.message}")
+    if diagnostic.hint:
+        lines.append(f"  {cyan}hint:{reset} {diagnostic.hint}")
+    return "\n".join(lines)
+
+
+def format_diagnostics(diagnostics: Sequence[Diagnostic], color: bool = False) -> str:
+    body = "\n\n".join(format_diagnostic(d, color) for d in diagnostics)
+    errors = sum(1 for d in diagnostics if d.severity == "error")
+    summary = f"{errors} error{'s' if errors != 1 else ''} found" if errors else ""
+    return f"{body}\n\n{summary}" if summary and len(diagnostics) > 1 else body

@@ -1,0 +1,257 @@
+"""Parse .bench text with the Lark grammar into the typed syntax tree, with friendly parse errors."""
+
+from __future__ import annotations
+
+import json
+import math
+from functools import lru_cache
+from importlib import resources
+
+from lark import Lark, Token, Transformer, v_args
+from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
+
+from ..diagnostics import BenchError, Source, Span, error
+from . import syntax as ast
+
+# How the parser's terminal names read in a message.
+_TERMINAL_WORDS = {
+    "NAME": "a name",
+    "STRING": "a string",
+    "NUMBER": "a number",
+    "TRUE": "true",
+    "FALSE": "false",
+    "$END": "end of file",
+}
+
+
+@lru_cache(maxsize=1)
+def _lark() -> Lark:
+    grammar = resources.files("benchc.grammar").joinpath("bench.lark").read_text("utf-8")
+    return Lark(grammar, parser="lalr", propagate_positions=True, maybe_placeholders=True)
+
+
+def parse_text(source: Source, start: str = "start") -> ast.File:
+    """Parse a whole file. Raises BenchError with the location of the first syntax error."""
+    try:
+        tree = _lark().parse(source.text)
+    except UnexpectedInput as exc:
+        raise _syntax_error(source, exc) from None
+    return ast.File(source, tuple(_Builder(source).transform(tree).children))
+
+
+def parse_value(source: Source) -> ast.Value:
+    """Parse a lone value (the right-hand side of a `--set key=value`)."""
+    file = parse_text(Source(source.name, f"__value__ = {source.text}"))
+    statement = file.statements[0] if len(file.statements) == 1 else None
+    if not isinstance(statement, ast.Assignment):
+        raise error("expected a single value", Span.start_of(source))
+    return _shift(statement.value, source, len("__value__ = "))
+
+
+def _shift(value: ast.Value, source: Source, by: int) -> ast.Value:
+    """Move a value parsed from a prefixed text back onto the user's own text."""
+
+    def move(span: Span) -> Span:
+        return Span(source, span.line, span.column - by, span.end_line, span.end_column - by)
+
+    if isinstance(value, ast.ListValue):
+        return ast.ListValue(tuple(_shift(i, source, by) for i in value.items), move(value.span))
+    if isinstance(value, ast.Call):
+        arguments = tuple(
+            ast.Argument(a.name, move(a.name_span), _shift(a.value, source, by), move(a.span))
+            for a in value.arguments
+        )
+        return ast.Call(value.name, move(value.name_span), arguments, move(value.span))
+    return type(value)(value.value, move(value.span))
+
+
+# ------------------------------------------------------------------ tree -> nodes
+
+
+class _Builder(Transformer):
+    def __init__(self, source: Source):
+        super().__init__()
+        self.source = source
+
+    def _span(self, meta) -> Span:
+        return Span(self.source, meta.line, meta.column, meta.end_line, meta.end_column)
+
+    def _token_span(self, token: Token) -> Span:
+        return Span(self.source, token.line, token.column, token.end_line, token.end_column)
+
+    @v_args(meta=True)
+    def number(self, meta, children):
+        token = children[0]
+        text = token.replace("_", "")
+        span = self._token_span(token)
+        if any(c in text for c in ".eE"):
+            value = float(text)
+            if not math.isfinite(value):
+                raise error(f"number {token} is too large", span)
+            if value.is_integer() and abs(value) < 2**53 and "." not in text:
+                value = int(value)  # 1e3 is the integer 1000, as a reader would expect
+            return ast.Number(value, span)
+        return ast.Number(int(text), span)
+
+    @v_args(meta=True)
+    def string(self, meta, children):
+        token = children[0]
+        span = self._token_span(token)
+        try:
+            value = json.loads(token, strict=False)
+        except json.JSONDecodeError:
+            raise error(
+                "invalid escape sequence in string",
+                span,
+                hint=r"strings use JSON escapes: \" \\ \n \t \uXXXX",
+            ) from None
+        return ast.String(value, span)
+
+    @v_args(meta=True)
+    def true(self, meta, children):
+        return ast.Bool(True, self._token_span(children[0]))
+
+    @v_args(meta=True)
+    def false(self, meta, children):
+        return ast.Bool(False, self._token_span(children[0]))
+
+    @v_args(meta=True)
+    def name(self, meta, children):
+        return ast.Name(str(children[0]), self._token_span(children[0]))
+
+    @v_args(meta=True)
+    def list(self, meta, children):
+        return ast.ListValue(tuple(c for c in children if c is not None), self._span(meta))
+
+    @v_args(meta=True)
+    def argument(self, meta, children):
+        name, value = children
+        return ast.Argument(str(name), self._token_span(name), value, self._span(meta))
+
+    @v_args(meta=True)
+    def call(self, meta, children):
+        name, *arguments = children
+        arguments = tuple(a for a in arguments if a is not None)
+        seen: dict[str, ast.Argument] = {}
+        for argument in arguments:
+            if argument.name in seen:
+                raise error(f"argument '{argument.name}' given twice", argument.name_span)
+            seen[argument.name] = argument
+        return ast.Call(str(name), self._token_span(name), arguments, self._span(meta))
+
+    @v_args(meta=True)
+    def key(self, meta, children):
+        return ast.Key(tuple(str(c) for c in children), self._span(meta))
+
+    @v_args(meta=True)
+    def label(self, meta, children):
+        token = children[0]
+        value = json.loads(token, strict=False) if token.type == "STRING" else str(token)
+        return value, self._token_span(token)
+
+    @v_args(meta=True)
+    def assignment(self, meta, children):
+        key, value = children
+        return ast.Assignment(key, value, self._span(meta))
+
+    @v_args(meta=True)
+    def block(self, meta, children):
+        name, label, *body = children
+        label_value, label_span = label if label is not None else (None, None)
+        return ast.Block(
+            str(name), self._token_span(name), label_value, label_span, tuple(body),
+            self._span(meta),
+        )  # fmt: skip
+
+    @v_args(meta=True)
+    def sweep(self, meta, children):
+        key, values = children
+        return ast.Sweep(key, values, self._span(meta))
+
+    @v_args(meta=True)
+    def include(self, meta, children):
+        return ast.Include(self.string(meta, children), self._span(meta))
+
+    @v_args(meta=True)
+    def experiment(self, meta, children):
+        name, *body = children
+        return ast.Experiment(str(name), self._token_span(name), tuple(body), self._span(meta))
+
+
+# ------------------------------------------------------------------ syntax errors
+
+
+def _describe_expected(names: set[str]) -> str:
+    parser = _lark()
+    words = []
+    for name in sorted(names):
+        if name in _TERMINAL_WORDS:
+            words.append(_TERMINAL_WORDS[name])
+            continue
+        try:
+            pattern = parser.get_terminal(name).pattern
+        except KeyError:
+            words.append(name.lower())
+            continue
+        words.append(f"'{pattern.value}'" if pattern.type == "str" else name.lower())
+    words = sorted(set(words))
+    if len(words) > 1:
+        return ", ".join(words[:-1]) + " or " + words[-1]
+    return words[0] if words else "something else"
+
+
+def _describe_token(token: Token) -> str:
+    if token.type == "$END":
+        return "end of file"
+    kind = {"NAME": "name", "STRING": "string", "NUMBER": "number"}.get(token.type)
+    return f"{kind} {token}" if kind == "string" else f"{kind} '{token}'" if kind else f"'{token}'"
+
+
+def _syntax_error(source: Source, exc: UnexpectedInput) -> BenchError:
+    if isinstance(exc, UnexpectedCharacters):
+        span = Span.point(source, exc.line, exc.column)
+        char = source.text[exc.pos_in_stream]
+        if char == '"':
+            line_end = source.text.find("\n", exc.pos_in_stream)
+            line_end = len(source.text) if line_end < 0 else line_end
+            width = max(1, line_end - exc.pos_in_stream)
+            span = Span(source, exc.line, exc.column, exc.line, exc.column + width)
+            return error(
+                "unterminated string",
+                span,
+                hint='close the string with " on the same line (write \\n for a line break)',
+            )
+        if char in "+-0123456789":
+            end = exc.pos_in_stream + 1
+            while end < len(source.text) and (source.text[end].isalnum() or source.text[end] in "_.+-"):
+                end += 1
+            word = source.text[exc.pos_in_stream : end]
+            return error(
+                f"malformed number '{word}'",
+                Span(source, exc.line, exc.column, exc.line, exc.column + len(word)),
+                hint='numbers look like 16, 1_024, -3, 2.5 or 1e-4; write text as a "string"',
+            )
+        shown = repr(char) if not char.isprintable() or char.isspace() else f"'{char}'"
+        return error(
+            f"unexpected character {shown}",
+            span,
+            hint=f"expected {_describe_expected(set(exc.allowed or ()))}",
+        )
+    if isinstance(exc, UnexpectedToken) and exc.token.type != "$END":
+        token = exc.token
+        span = Span(source, token.line, token.column, token.end_line, token.end_column)
+        expected = _describe_expected(set(exc.expected))
+        hint = f"expected {expected}"
+        if token.type == "NAME" and token in {"experiment", "include", "sweep"}:
+            hint += f"; '{token}' is a keyword and cannot be used as a name"
+        elif "LSQB" in exc.expected and "NAME" not in exc.expected and "EQUAL" not in exc.expected:
+            hint += "; a sweep takes a list of values, e.g. sweep train.batch = [16, 32]"
+        return error(f"unexpected {_describe_token(token)}", span, hint=hint)
+    # End of input: lark gives no usable position, so point at the last character.
+    expected = set(getattr(exc, "expected", ()) or ())
+    hint = f"expected {_describe_expected(expected)}" if expected else None
+    if "RBRACE" in expected:
+        hint = "a block is not closed: add the missing '}'"
+    elif "RSQB" in expected:
+        hint = "a list is not closed: add the missing ']'"
+    return error("unexpected end of file", Span.end_of(source), hint=hint)

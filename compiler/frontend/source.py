@@ -1,0 +1,107 @@
+"""Read a spec file into a `Source`, refusing what is not a small UTF-8 text, with a location."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..diagnostics import Source, Span, error
+
+MAX_SPEC_BYTES = 1024 * 1024  # a spec is a page of settings; 1 MiB is generous
+MAX_NESTING = 64  # brackets and braces; deeper input is refused before parsing
+
+
+def display_name(path: Path) -> str:
+    """The path as the user will recognise it: relative to the working directory when inside it."""
+    try:
+        relative = os.path.relpath(path)
+    except ValueError:  # another drive on Windows
+        return str(path)
+    return str(path) if relative.startswith("..") else relative
+
+
+def read_source(path: Path, name: str | None = None, included_from: Span | None = None) -> Source:
+    name = name or display_name(path)
+    placeholder = Source(name, "")
+    where = included_from or None
+    try:
+        size = path.stat().st_size
+        if path.is_dir():
+            raise error(f"'{name}' is a directory, not a .bench file", where)
+        if size > MAX_SPEC_BYTES:
+            raise error(
+                f"'{name}' is {size / 2**20:.1f} MiB; benchc reads spec files of at most "
+                f"{MAX_SPEC_BYTES // 2**20} MiB",
+                where or Span.start_of(placeholder),
+                hint="a .bench file holds settings, not data; is this the right file?",
+            )
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise error(f"no such file: '{name}'", where) from None
+    except PermissionError:
+        raise error(f"cannot read '{name}': permission denied", where) from None
+    except IsADirectoryError:
+        raise error(f"'{name}' is a directory, not a .bench file", where) from None
+    except OSError as exc:
+        raise error(f"cannot read '{name}': {exc.strerror or exc}", where) from None
+    return decode_source(raw, name)
+
+
+def decode_source(raw: bytes, name: str) -> Source:
+    """Decode UTF-8 text; NUL bytes, invalid bytes and runaway nesting are located errors."""
+    nul = raw.find(b"\x00")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        prefix = raw[: exc.start].decode("utf-8", errors="replace")
+        source = Source(name, raw.decode("utf-8", errors="replace"))
+        line, column = source.position(len(prefix))
+        raise error(
+            f"'{name}' is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})",
+            Span.point(source, line, column),
+            hint="a .bench file is UTF-8 text; is this a binary file?",
+        ) from None
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    source = Source(name, text)
+    if nul >= 0:
+        line, column = source.position(text.find("\x00"))
+        raise error(
+            "NUL byte in spec file",
+            Span.point(source, line, column),
+            hint="a .bench file is plain text; remove the NUL byte (is this a binary file?)",
+        )
+    _check_nesting(source)
+    return source
+
+
+def _check_nesting(source: Source) -> None:
+    """Refuse absurd nesting before the parser and transformer recurse into it."""
+    depth = 0
+    in_string = escaped = in_comment = False
+    text = source.text
+    for offset, char in enumerate(text):
+        if in_comment:
+            in_comment = char != "\n"
+        elif in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char in '"\n':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char == "#" or (char == "/" and text.startswith("//", offset)):
+            in_comment = True
+        elif char in "[{(":
+            depth += 1
+            if depth > MAX_NESTING:
+                line, column = source.position(offset)
+                raise error(
+                    f"nesting deeper than {MAX_NESTING} levels",
+                    Span.point(source, line, column),
+                    hint="a spec needs a few levels of blocks and lists; is this file generated?",
+                )
+        elif char in "]})":
+            depth = max(0, depth - 1)

@@ -1,0 +1,103 @@
+"""The front end as one call: spec path (+ targets, --set, --smoke) -> validated, typed plans.
+
+This is what `benchc check`, `benchc plan` and (later) `benchc compile` share. It never imports
+torch. Every user mistake comes out as a BenchError holding all the diagnostics found.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .catalog.targets import TARGETS
+from .diagnostics import BenchError, Diagnostic, Source, Span, choices_hint
+from .frontend.document import Document, load_document
+from .plan.lower import build, resolve
+from .plan.smoke import shrink
+from .plan.types import Plan
+from .plan.variants import Override, expand, parse_override
+from .validate.schema import validate_settings
+from .validate.semantic import check_names, check_plan
+
+
+@dataclass(frozen=True)
+class PlanSet:
+    document: Document
+    targets: tuple[str, ...]
+    plans: tuple[Plan, ...]
+
+    @property
+    def points(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(plan.point for plan in self.plans))
+
+
+def parse_targets(names: Sequence[str]) -> list[str]:
+    problems = []
+    for index, name in enumerate(names, 1):
+        if name not in TARGETS:
+            source = Source(f"--target #{index}", name)
+            problems.append(
+                Diagnostic(
+                    f"unknown target '{name}'",
+                    Span(source, 1, 1, 1, len(name) + 1),
+                    hint=choices_hint(name, TARGETS, "known targets"),
+                )
+            )
+    if problems:
+        raise BenchError(problems)
+    return list(dict.fromkeys(names))
+
+
+def parse_overrides(texts: Sequence[str]) -> list[Override]:
+    overrides, problems = [], []
+    for index, text in enumerate(texts, 1):
+        try:
+            overrides.append(parse_override(text, index))
+        except BenchError as exc:
+            problems.extend(exc.diagnostics)
+    if problems:
+        raise BenchError(problems)
+    return overrides
+
+
+def plan_spec(
+    path: Path | str,
+    targets: Sequence[str] = (),
+    overrides: Sequence[str] = (),
+    smoke: bool = False,
+) -> PlanSet:
+    """Load, validate and lower a spec into one Plan per (target, sweep point)."""
+    chosen = parse_targets(targets)
+    parsed = parse_overrides(overrides)
+    document = load_document(path)
+    problems = validate_settings(document.values, document.span_of)
+    problems += check_names(document)
+    if problems:
+        raise BenchError(problems)
+    if not chosen:
+        chosen = ["cpu"] if smoke else list(document.get(("targets",)))
+    plans = []
+    for variant in expand(document, chosen, parsed):
+        settings = variant.settings
+        found = validate_settings(settings.values, settings.span)
+        if found:
+            problems += found
+            continue
+        try:
+            resolved = resolve(settings)
+            target = TARGETS[variant.target]
+            plan = build(resolved, variant, target, False, tuple(overrides))
+            found = check_plan(plan, resolved)
+            if smoke and not found:
+                resolved = shrink(resolved)
+                plan = build(resolved, variant, target, True, tuple(overrides))
+                found = check_plan(plan, resolved)
+        except BenchError as exc:
+            found = list(exc.diagnostics)
+        problems += found
+        if not found:
+            plans.append(plan)
+    if problems:
+        raise BenchError(problems)
+    return PlanSet(document, tuple(chosen), tuple(plans))

@@ -1,0 +1,1 @@
+"""Lowering: defaults, presets, overrides, sweeps and smoke shrink into typed, frozen plans."""

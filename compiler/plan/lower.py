@@ -1,0 +1,377 @@
+"""Lower one variant's settings to a typed Plan: defaults, presets, derived values.
+
+Two steps, so `--smoke` can shrink in between: `resolve()` fills every setting (defaults,
+presets) into plain sections; `build()` computes derived values and freezes them into a Plan.
+Mistakes that stop a plan from being built (unknown preset, no workload, settings that do not
+apply to the model) are located errors here; cross-field rules live in validate/semantic.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..catalog.presets import PRESETS
+from ..catalog.targets import Target
+from ..diagnostics import BenchError, Diagnostic, choices_hint
+from ..frontend.document import Document
+from .types import (
+    Cluster,
+    InferWorkload,
+    LlamaModel,
+    Measure,
+    MMDiTModel,
+    Optimizer,
+    Parallel,
+    Plan,
+    Reference,
+    SD3Pipeline,
+    SpecInfo,
+    TrainWorkload,
+)
+from .variants import Settings, Variant
+
+VAE_DOWNSAMPLING = 8
+
+DEFAULTS = {
+    "cluster": {"nodes": 1, "devices_per_node": 1},
+    "parallel": {
+        "data": None,  # derived: world size / (tensor * pipeline)
+        "tensor": 1,
+        "pipeline": 1,
+        "sharding": "none",
+        "activation_checkpointing": False,
+    },
+    "train": {
+        "precision": "bf16",
+        "attention": "sdpa",
+        "batch": 1,
+        "grad_accum": None,  # derived from global_batch, else 1
+        "global_batch": None,  # derived: batch * grad_accum * data
+        "optimizer": {"fn": "adamw", "args": {"lr": 1e-4}},
+        "steps": 20,
+        "warmup": 5,
+        "resolution": None,
+        "seq_len": None,
+        "objective": None,  # rectified_flow for mmdit, causal_lm for llama
+        "grad_clip": None,
+        "compile": False,
+        "seed": 0,
+    },
+    "infer": {
+        "precision": "bf16",
+        "attention": "sdpa",
+        "batch": 1,
+        "steps": 5,
+        "warmup": 2,
+        "compile": False,
+        "graphs": False,
+        "seed": 0,
+        "resolution": None,
+        "denoising_steps": None,
+        "guidance": None,
+        "input_tokens": None,
+        "output_tokens": None,
+        "kv_cache": None,
+    },
+    "measure": {"metric": None, "repeat": 1, "timeout": 3600},
+}
+
+MODEL_DEFAULTS = {
+    "mmdit": {
+        "preset": None,
+        "depth": None,
+        "heads": None,  # = depth
+        "head_dim": 64,
+        "patch": 2,
+        "in_channels": 16,
+        "joint_attention_dim": 4096,
+        "caption_projection_dim": None,  # = hidden
+        "pooled_projection_dim": 2048,
+        "pos_embed_max_size": 192,
+        "qk_norm": "none",
+        "text_tokens": 154,  # CLIP-L/G 77 + T5 77
+        "weights": None,
+    },
+    "llama": {
+        "preset": None,
+        "hidden": None,
+        "layers": None,
+        "heads": None,
+        "kv_heads": None,  # = heads
+        "intermediate": None,
+        "vocab": 32000,
+        "max_positions": 4096,
+        "weights": None,
+    },
+}
+MODEL_DEFAULTS["sd3"] = {
+    **MODEL_DEFAULTS["mmdit"],
+    "text_encoders": ["clip_l", "clip_g", "t5"],
+    "t5_tokens": 256,
+}
+REQUIRED_MODEL = {
+    "mmdit": ("depth",),
+    "sd3": ("depth",),
+    "llama": ("hidden", "layers", "heads", "intermediate"),
+}
+
+# Workload settings that only make sense for some model kinds, and the default per kind.
+WORKLOAD_FIELDS = {
+    ("train", "mmdit"): {"resolution": 256, "objective": "rectified_flow"},
+    ("train", "llama"): {"seq_len": 2048, "objective": "causal_lm"},
+    ("infer", "sd3"): {"resolution": 1024, "denoising_steps": 28, "guidance": 7.0},
+    ("infer", "llama"): {"input_tokens": 128, "output_tokens": 128, "kv_cache": "static"},
+}
+KIND_SPECIFIC = {"resolution", "seq_len", "objective", "denoising_steps", "guidance",
+                 "input_tokens", "output_tokens", "kv_cache"}  # fmt: skip
+DEFAULT_METRIC = {
+    ("train", "mmdit"): "images_per_s",
+    ("train", "llama"): "tokens_per_s",
+    ("infer", "sd3"): "s_per_image",
+    ("infer", "llama"): "output_tokens_per_s",
+}
+OBJECTIVES = {"mmdit": "rectified_flow", "llama": "causal_lm"}
+
+
+@dataclass
+class Resolved:
+    """Every setting of a variant, filled: one plain dict per section."""
+
+    model_kind: str
+    model: dict
+    workload_kind: str
+    workload: dict
+    cluster: dict
+    parallel: dict
+    measure: dict
+    settings: Settings
+
+
+def resolve(settings: Settings) -> Resolved:
+    problems: list[Diagnostic] = []
+    model_block = settings.get(("model",), {})
+    model_kind = next(iter(model_block))
+    model = _resolve_model(settings, model_kind, problems)
+
+    workloads = [name for name in ("train", "infer") if settings.has((name,))]
+    if len(workloads) != 1:
+        if workloads:
+            message, span = (
+                "an experiment has one workload: train or infer, not both",
+                settings.span(("infer",), True),
+            )
+        else:
+            message, span = "the experiment has no workload", settings.document.experiment_span
+        raise BenchError(
+            Diagnostic(message, span, hint="add a train { ... } block (training throughput) "
+                       "or an infer { ... } block (inference latency and throughput)")
+        )  # fmt: skip
+    kind = workloads[0]
+    supported = {w for w, m in WORKLOAD_FIELDS if m == model_kind}
+    if kind not in supported:
+        hint = {
+            ("train", "sd3"): "the sd3 block is the whole inference pipeline; to train its "
+            "transformer write model mmdit { ... }",
+            ("infer", "mmdit"): "to benchmark text-to-image inference write model sd3 { ... } "
+            "(the whole pipeline around the MMDiT)",
+        }.get((kind, model_kind))
+        raise BenchError(
+            Diagnostic(f"model {model_kind} has no {kind} workload", settings.span((kind,), True),
+                       hint=hint)
+        )  # fmt: skip
+    own = WORKLOAD_FIELDS[(kind, model_kind)]
+    workload = dict(DEFAULTS[kind])
+    for key, value in settings.get((kind,), {}).items():
+        if key in KIND_SPECIFIC and key not in own:
+            applies = sorted({m for (w, m), fields in WORKLOAD_FIELDS.items() if key in fields})
+            problems.append(
+                Diagnostic(
+                    f"{kind}.{key} does not apply to model {model_kind}",
+                    settings.span((kind, key), True),
+                    hint=f"{key} applies to model {' and '.join(applies)}; remove it",
+                )
+            )
+        workload[key] = value
+    for key, value in own.items():
+        if workload.get(key) is None:
+            workload[key] = value
+    optimizer = workload.get("optimizer")
+    if isinstance(optimizer, str):
+        workload["optimizer"] = {"fn": optimizer, "args": {"lr": 1e-4}}
+
+    sections = {}
+    for name in ("cluster", "parallel", "measure"):
+        sections[name] = {**DEFAULTS[name], **settings.get((name,), {})}
+    if sections["measure"]["metric"] is None:
+        sections["measure"]["metric"] = DEFAULT_METRIC[(kind, model_kind)]
+    if problems:
+        raise BenchError(problems)
+    return Resolved(model_kind, model, kind, workload, sections["cluster"], sections["parallel"],
+                    sections["measure"], settings)  # fmt: skip
+
+
+def _resolve_model(settings: Settings, kind: str, problems: list) -> dict:
+    written = settings.get(("model", kind), {})
+    model = dict(MODEL_DEFAULTS[kind])
+    preset = written.get("preset")
+    if preset is not None:
+        known = PRESETS[kind]
+        if preset not in known:
+            raise BenchError(
+                Diagnostic(
+                    f'unknown {kind} preset "{preset}"',
+                    settings.span(("model", kind, "preset")),
+                    hint=choices_hint(preset, known, f"{kind} presets"),
+                )
+            )
+        model.update(known[preset])
+    model.update(written)
+    missing = [key for key in REQUIRED_MODEL[kind] if model.get(key) is None]
+    if missing:
+        presets = ", ".join(f'"{p}"' for p in PRESETS[kind])
+        problems.append(
+            Diagnostic(
+                f"model {kind} needs {', '.join(missing)} (or a preset)",
+                settings.span(("model", kind), True),
+                hint=f"write preset = ... (one of {presets}) or set {', '.join(missing)}",
+            )
+        )
+        for key in missing:
+            model[key] = 1  # keep going to report more problems; never reaches a plan
+    return model
+
+
+def build(resolved: Resolved, variant: Variant, target: Target, smoke: bool,
+          overrides: tuple[str, ...]) -> Plan:  # fmt: skip
+    """Compute derived values and freeze the plan. Consistency is checked by validate.semantic."""
+    r = resolved
+    cluster = Cluster(
+        nodes=int(r.cluster["nodes"]),
+        devices_per_node=int(r.cluster["devices_per_node"]),
+        world_size=int(r.cluster["nodes"]) * int(r.cluster["devices_per_node"]),
+    )
+    p = r.parallel
+    tensor, pipeline = int(p["tensor"]), int(p["pipeline"])
+    data = int(p["data"]) if p["data"] is not None else max(1, cluster.world_size // (tensor * pipeline))
+    parallel = Parallel(data, tensor, pipeline, p["sharding"], bool(p["activation_checkpointing"]))
+    model = _build_model(r.model_kind, r.model)
+    transformer = model.transformer if isinstance(model, SD3Pipeline) else model
+    w = r.workload
+    if r.workload_kind == "train":
+        batch = int(w["batch"])
+        accum = w["grad_accum"]
+        if accum is None:
+            accum = 1
+            if w["global_batch"] is not None and int(w["global_batch"]) % (batch * data) == 0:
+                accum = int(w["global_batch"]) // (batch * data)
+        global_batch = int(w["global_batch"]) if w["global_batch"] is not None else batch * int(accum) * data
+        image = _image_shape(w["resolution"], transformer)
+        args = dict(sorted(w["optimizer"].get("args", {}).items()))
+        workload = TrainWorkload(
+            precision=w["precision"], attention=w["attention"], micro_batch=batch,
+            grad_accum=int(accum), global_batch=global_batch,
+            optimizer=Optimizer(w["optimizer"]["fn"], args),
+            steps=int(w["steps"]), warmup=int(w["warmup"]), objective=w["objective"],
+            grad_clip=None if w["grad_clip"] is None else float(w["grad_clip"]),
+            compile=bool(w["compile"]), seed=int(w["seed"]), **image,
+            seq_len=None if w["seq_len"] is None else int(w["seq_len"]),
+        )  # fmt: skip
+    else:
+        image = _image_shape(w["resolution"], transformer)
+        guidance = None if w["guidance"] is None else float(w["guidance"])
+        workload = InferWorkload(
+            precision=w["precision"], attention=w["attention"], batch=int(w["batch"]),
+            steps=int(w["steps"]), warmup=int(w["warmup"]), compile=bool(w["compile"]),
+            graphs=bool(w["graphs"]), seed=int(w["seed"]), **image,
+            denoising_steps=_int_or_none(w["denoising_steps"]), guidance=guidance,
+            classifier_free_guidance=None if guidance is None else guidance > 1.0,
+            input_tokens=_int_or_none(w["input_tokens"]),
+            output_tokens=_int_or_none(w["output_tokens"]), kv_cache=w["kv_cache"],
+        )  # fmt: skip
+    measure = Measure(r.measure["metric"], int(r.measure["repeat"]), float(r.measure["timeout"]))
+    document = r.settings.document
+    return Plan(
+        experiment=document.experiment,
+        description=r.settings.get(("description",)),
+        target=target,
+        point=variant.point,
+        point_values=variant.point_values,
+        smoke=smoke,
+        model=model,
+        workload=workload,
+        cluster=cluster,
+        parallel=parallel,
+        measure=measure,
+        references=_references(document, variant),
+        spec=SpecInfo(
+            path=document.files[0].path,
+            sha256=document.files[0].sha256,
+            files=tuple((f.path, f.sha256) for f in document.files),
+        ),
+        overrides=overrides,
+    )
+
+
+def _int_or_none(value) -> int | None:
+    return None if value is None else int(value)
+
+
+def _image_shape(resolution, transformer) -> dict:
+    if resolution is None or transformer is None:
+        return {"resolution": None, "latent_size": None, "image_tokens": None}
+    latent = int(resolution) // VAE_DOWNSAMPLING
+    return {
+        "resolution": int(resolution),
+        "latent_size": latent,
+        "image_tokens": (latent // transformer.patch) ** 2,
+    }
+
+
+def _build_model(kind: str, m: dict):
+    if kind == "llama":
+        heads = int(m["heads"])
+        return LlamaModel(
+            preset=m["preset"], hidden=int(m["hidden"]), layers=int(m["layers"]), heads=heads,
+            kv_heads=int(m["kv_heads"] if m["kv_heads"] is not None else heads),
+            head_dim=int(m["hidden"]) // heads, intermediate=int(m["intermediate"]),
+            vocab=int(m["vocab"]), max_positions=int(m["max_positions"]), weights=m["weights"],
+        )  # fmt: skip
+    depth = int(m["depth"])
+    heads = int(m["heads"] if m["heads"] is not None else depth)
+    hidden = heads * int(m["head_dim"])
+    transformer = MMDiTModel(
+        preset=m["preset"], depth=depth, heads=heads, head_dim=int(m["head_dim"]), hidden=hidden,
+        patch=int(m["patch"]), in_channels=int(m["in_channels"]),
+        joint_attention_dim=int(m["joint_attention_dim"]),
+        caption_projection_dim=int(m["caption_projection_dim"] or hidden),
+        pooled_projection_dim=int(m["pooled_projection_dim"]),
+        pos_embed_max_size=int(m["pos_embed_max_size"]), qk_norm=m["qk_norm"],
+        text_tokens=int(m["text_tokens"]), weights=m["weights"] if kind == "mmdit" else None,
+    )  # fmt: skip
+    if kind == "mmdit":
+        return transformer
+    return SD3Pipeline(transformer, tuple(m["text_encoders"]), int(m["t5_tokens"]), m["weights"])
+
+
+def _references(document: Document, variant: Variant) -> tuple[Reference, ...]:
+    """The published figures for this variant's target whose `where` matches its point."""
+    settings = variant.settings
+    found = []
+    for label, ref in sorted((document.get(("reference",)) or {}).items()):
+        if ref.get("target") != variant.target:
+            continue
+        where = _flatten(ref.get("where") or {})
+        if all(settings.get(tuple(path.split("."))) == value for path, value in where.items()):
+            found.append(Reference(label, ref["target"], float(ref["value"]), ref["unit"],
+                                   ref.get("source"), where))  # fmt: skip
+    return tuple(found)
+
+
+def _flatten(block: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in block.items():
+        if isinstance(value, dict) and set(value) != {"fn", "args"}:
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat

@@ -1,0 +1,66 @@
+"""`--smoke`: shrink a resolved variant to laptop size while keeping every code path.
+
+Same model kind, workload, precision, attention kernel, sharding, checkpointing and parallel
+*kinds* (data, tensor or pipeline parallel stay on, at degree 2), on 1 node x 2 processes,
+with a tiny model, a few steps and a CPU-sized batch. Sweep points stay distinct where the
+swept value survives the shrink (a batch of 16 vs 32 becomes 2 vs 4).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+from ..catalog.presets import SMOKE_MODEL
+from .lower import Resolved
+
+SMOKE_PROCESSES = 2
+SMOKE_BATCH_DIVISOR = 8
+SMOKE_MAX_BATCH = 4
+
+
+def shrink(resolved: Resolved) -> Resolved:
+    r = dataclasses.replace(
+        resolved,
+        model=copy.deepcopy(resolved.model),
+        workload=copy.deepcopy(resolved.workload),
+        cluster={"nodes": 1, "devices_per_node": SMOKE_PROCESSES},
+        parallel=dict(resolved.parallel),
+        measure={**resolved.measure, "repeat": 1, "timeout": 900},
+    )
+    # Parallel degrees: keep each kind of parallelism that the real run uses, at degree 2.
+    tensor, pipeline = int(r.parallel["tensor"]), int(r.parallel["pipeline"])
+    r.parallel["tensor"] = SMOKE_PROCESSES if tensor > 1 else 1
+    r.parallel["pipeline"] = SMOKE_PROCESSES if pipeline > 1 and tensor == 1 else 1
+    r.parallel["data"] = SMOKE_PROCESSES // (r.parallel["tensor"] * r.parallel["pipeline"])
+
+    model = r.model
+    if r.model_kind == "llama":
+        grouped = model["kv_heads"] is not None and int(model["kv_heads"]) < int(model["heads"])
+        model.update(SMOKE_MODEL["llama"])
+        model["kv_heads"] = 2 if grouped else model["heads"]  # keep grouped-query attention
+    else:
+        model.update(SMOKE_MODEL[r.model_kind])
+    model["preset"] = None
+    model["weights"] = None  # real weights never fit a smoke run
+
+    w = r.workload
+    w["batch"] = max(1, min(SMOKE_MAX_BATCH, int(w["batch"]) // SMOKE_BATCH_DIVISOR))
+    w["warmup"] = min(int(w["warmup"]), 2)
+    w["steps"] = w["warmup"] + 3
+    if r.workload_kind == "train":
+        w["grad_accum"] = min(int(w["grad_accum"] or 1), 2)
+        w["global_batch"] = None  # re-derived from the shrunk batch and data degree
+        if w.get("resolution") is not None:
+            w["resolution"] = 128  # 16x16 latents
+        if w.get("seq_len") is not None:
+            w["seq_len"] = 64
+    else:
+        if w.get("resolution") is not None:
+            w["resolution"] = 128
+        if w.get("denoising_steps") is not None:
+            w["denoising_steps"] = 2
+        if w.get("input_tokens") is not None:
+            w["input_tokens"] = 16
+            w["output_tokens"] = 32
+    return r

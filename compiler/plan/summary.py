@@ -1,0 +1,73 @@
+"""A plan as a short human-readable block for `benchc plan` (the JSON form is Plan.to_dict)."""
+
+from __future__ import annotations
+
+from .types import InferWorkload, LlamaModel, Plan, SD3Pipeline
+
+
+def _model_line(plan: Plan) -> str:
+    model = plan.model
+    if isinstance(model, LlamaModel):
+        return (
+            f"llama {model.preset or ''} hidden {model.hidden}, {model.layers} layers, "
+            f"{model.heads} heads ({model.kv_heads} KV, head dim {model.head_dim}), "
+            f"intermediate {model.intermediate}, vocab {model.vocab}"
+        ).replace("llama  ", "llama ")
+    transformer = model.transformer if isinstance(model, SD3Pipeline) else model
+    text = (
+        f"MMDiT d{transformer.depth}{' (' + transformer.preset + ')' if transformer.preset else ''}: "
+        f"hidden {transformer.hidden}, {transformer.heads} heads x {transformer.head_dim}, "
+        f"patch {transformer.patch}, qk_norm {transformer.qk_norm}"
+    )
+    if isinstance(model, SD3Pipeline):
+        text = f"SD3 pipeline ({', '.join(model.text_encoders)} + VAE), {text}"
+    return text
+
+
+def _workload_line(plan: Plan) -> str:
+    w = plan.workload
+    if isinstance(w, InferWorkload):
+        parts = [f"infer {w.precision}, attention {w.attention}, batch {w.batch}"]
+        if w.resolution:
+            parts.append(
+                f"{w.resolution}x{w.resolution} ({w.image_tokens} image tokens), "
+                f"{w.denoising_steps} denoising steps, guidance {w.guidance:g}"
+                f" (CFG {'on' if w.classifier_free_guidance else 'off'})"
+            )
+        if w.input_tokens:
+            parts.append(f"{w.input_tokens} in -> {w.output_tokens} out tokens, {w.kv_cache} KV cache")
+        parts.append(f"{w.steps} iterations ({w.warmup} warmup)")
+        return "; ".join(parts)
+    shape = (
+        f"{w.resolution}x{w.resolution} ({w.image_tokens} image tokens)"
+        if w.resolution
+        else f"seq_len {w.seq_len}"
+    )
+    args = ", ".join(f"{k}={v}" for k, v in w.optimizer.args.items())
+    return (
+        f"train {w.precision}, attention {w.attention}, {w.objective}, {shape}; "
+        f"batch {w.micro_batch}/device x accum {w.grad_accum} x data {plan.parallel.data} = "
+        f"global {w.global_batch}; {w.optimizer.name}({args}); "
+        f"{w.steps} steps ({w.warmup} warmup)"
+    )
+
+
+def summarize(plan: Plan) -> str:
+    t, c, p = plan.target, plan.cluster, plan.parallel
+    point = ", ".join(f"{k}={v}" for k, v in plan.point_values) or "no sweep"
+    lines = [
+        f"{plan.experiment} / {t.name} / {plan.point}{'  [smoke]' if plan.smoke else ''}",
+        f"  point     {point}",
+        f"  target    {t.device_name} ({t.family}, {t.distributed_backend})",
+        f"  model     {_model_line(plan)}",
+        f"  workload  {_workload_line(plan)}",
+        f"  cluster   {c.nodes} node(s) x {c.devices_per_node} = world size {c.world_size}",
+        f"  parallel  data {p.data} x tensor {p.tensor} x pipeline {p.pipeline}, "
+        f"sharding {p.sharding}, activation checkpointing {'on' if p.activation_checkpointing else 'off'}",
+        f"  measure   {plan.measure.metric}, repeat {plan.measure.repeat}",
+    ]
+    for ref in plan.references:
+        lines.append(
+            f"  reference {ref.value:g} {ref.unit} ({ref.label}{'; ' + ref.source if ref.source else ''})"
+        )
+    return "\n".join(lines)

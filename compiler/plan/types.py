@@ -1,0 +1,186 @@
+"""The typed, frozen, fully resolved plan of one (target, sweep point): what code generation reads.
+
+Every field is a plain value (no spans, no defaults left to fill). `Plan.to_dict()` is the
+JSON form written by `benchc plan --json` and into each build's manifest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from ..catalog.targets import Target
+
+PLAN_SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class MMDiTModel:
+    """diffusers' SD3Transformer2DModel. hidden = heads * head_dim (64 * depth for SD3)."""
+
+    preset: str | None
+    depth: int
+    heads: int
+    head_dim: int
+    hidden: int
+    patch: int
+    in_channels: int
+    joint_attention_dim: int
+    caption_projection_dim: int
+    pooled_projection_dim: int
+    pos_embed_max_size: int
+    qk_norm: str
+    text_tokens: int  # text context per sample: CLIP-L/G (77) + T5 (77)
+    weights: str | None
+    kind: str = "mmdit"
+
+
+@dataclass(frozen=True)
+class SD3Pipeline:
+    """The whole text-to-image pipeline: MMDiT transformer, VAE and text encoders."""
+
+    transformer: MMDiTModel
+    text_encoders: tuple[str, ...]
+    t5_tokens: int
+    weights: str | None
+    kind: str = "sd3"
+
+
+@dataclass(frozen=True)
+class LlamaModel:
+    preset: str | None
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    max_positions: int
+    weights: str | None
+    kind: str = "llama"
+
+
+Model = MMDiTModel | SD3Pipeline | LlamaModel
+
+
+@dataclass(frozen=True)
+class Optimizer:
+    name: str
+    args: dict[str, object]
+
+
+@dataclass(frozen=True)
+class TrainWorkload:
+    precision: str
+    attention: str
+    micro_batch: int  # per device, per forward/backward
+    grad_accum: int
+    global_batch: int  # micro_batch * grad_accum * data degree
+    optimizer: Optimizer
+    steps: int  # optimizer steps in all, warmup included
+    warmup: int  # steps run before timing starts
+    objective: str  # rectified_flow | causal_lm
+    grad_clip: float | None
+    compile: bool
+    seed: int
+    resolution: int | None  # image models: pixels per side
+    latent_size: int | None  # resolution / 8 (VAE downsampling)
+    image_tokens: int | None  # (latent_size / patch) ** 2
+    seq_len: int | None  # language models: tokens per sample
+    kind: str = "train"
+
+    @property
+    def measured_steps(self) -> int:
+        return self.steps - self.warmup
+
+
+@dataclass(frozen=True)
+class InferWorkload:
+    precision: str
+    attention: str
+    batch: int
+    steps: int  # timed iterations plus warmup
+    warmup: int
+    compile: bool
+    graphs: bool  # HPU graphs on Gaudi, CUDA graphs on CUDA
+    seed: int
+    resolution: int | None
+    latent_size: int | None
+    image_tokens: int | None
+    denoising_steps: int | None
+    guidance: float | None
+    classifier_free_guidance: bool | None  # guidance > 1 doubles the transformer batch
+    input_tokens: int | None
+    output_tokens: int | None
+    kv_cache: str | None
+    kind: str = "infer"
+
+
+Workload = TrainWorkload | InferWorkload
+
+
+@dataclass(frozen=True)
+class Cluster:
+    nodes: int
+    devices_per_node: int
+    world_size: int
+
+
+@dataclass(frozen=True)
+class Parallel:
+    data: int
+    tensor: int
+    pipeline: int
+    sharding: str
+    activation_checkpointing: bool
+
+
+@dataclass(frozen=True)
+class Measure:
+    metric: str
+    repeat: int
+    timeout_s: float
+
+
+@dataclass(frozen=True)
+class Reference:
+    label: str
+    target: str
+    value: float
+    unit: str
+    source: str | None
+    where: dict[str, object]  # dotted setting -> value the point must have
+
+
+@dataclass(frozen=True)
+class SpecInfo:
+    path: str
+    sha256: str
+    files: tuple[tuple[str, str], ...]  # (path, sha256) of the spec and every included file
+
+
+@dataclass(frozen=True)
+class Plan:
+    experiment: str
+    description: str | None
+    target: Target
+    point: str  # directory-safe name of the sweep point, "default" when there is no sweep
+    point_values: tuple[tuple[str, object], ...]  # (dotted setting, value) of this point
+    smoke: bool
+    model: Model
+    workload: Workload
+    cluster: Cluster
+    parallel: Parallel
+    measure: Measure
+    references: tuple[Reference, ...]
+    spec: SpecInfo
+    overrides: tuple[str, ...]  # the --set arguments, as given
+    schema_version: int = PLAN_SCHEMA_VERSION
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["point_values"] = dict(self.point_values)
+        data["spec"]["files"] = [{"path": p, "sha256": h} for p, h in self.spec.files]
+        if isinstance(self.workload, TrainWorkload):
+            data["workload"]["measured_steps"] = self.workload.measured_steps
+        return data

@@ -1,0 +1,175 @@
+"""Expand a document into variants, one per (target, sweep point), each a located settings view.
+
+Precedence, lowest first: included files < the spec < `on TARGET { }` < the sweep point <
+`--set`. A `--set` of a swept key replaces that sweep (one point instead of several).
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import re
+from dataclasses import dataclass, field
+
+from ..diagnostics import BenchError, Source, Span, error
+from ..frontend import syntax as ast
+from ..frontend.document import Document, Origin, record_origins
+from ..frontend.parser import parse_text
+
+UNSWEEPABLE = ("targets", "reference", "on", "description")
+
+
+@dataclass(frozen=True)
+class Override:
+    """One `--set key=value` argument, parsed and located in its own little source."""
+
+    path: tuple[str, ...]
+    value: object
+    node: ast.Value
+    key_span: Span
+    text: str
+
+
+def parse_override(text: str, index: int = 1) -> Override:
+    source = Source(f"--set #{index}", text)
+    if "=" not in text:
+        raise error(
+            f"--set needs KEY=VALUE, got '{text}'",
+            Span(source, 1, 1, 1, max(2, len(text) + 1)),
+            hint="e.g. --set train.batch=32",
+        )
+    tree = parse_text(source)
+    statements = tree.statements
+    if len(statements) != 1 or not isinstance(statements[0], ast.Assignment):
+        raise error(
+            "--set takes one KEY=VALUE",
+            Span(source, 1, 1, 1, len(text) + 1),
+            hint="e.g. --set train.batch=32 (repeat --set for more keys)",
+        )
+    assignment = statements[0]
+    return Override(
+        assignment.key.parts, ast.plain(assignment.value), assignment.value, assignment.key.span,
+        text,
+    )  # fmt: skip
+
+
+@dataclass
+class Settings:
+    """The raw settings of one variant and where each came from."""
+
+    document: Document
+    values: dict
+    overlay: dict[tuple, Origin] = field(default_factory=dict)
+
+    def span(self, path: tuple, prefer_key: bool = False) -> Span:
+        for cut in range(len(path), 0, -1):
+            prefix = tuple(path[:cut])
+            origin = self.overlay.get(prefix) or self.document.origins.get(prefix)
+            if origin is not None:
+                if cut == len(path):
+                    return origin.key_span if prefer_key and origin.key_span else origin.value_span
+                return origin.key_span or origin.value_span
+        return self.document.experiment_span
+
+    def get(self, path: tuple, default=None):
+        node = self.values
+        for part in path:
+            if not isinstance(node, dict) or part not in node:
+                return default
+            node = node[part]
+        return node
+
+    def has(self, path: tuple) -> bool:
+        sentinel = object()
+        return self.get(path, sentinel) is not sentinel
+
+    def set(self, path: tuple, value, origin: Origin | None = None) -> None:
+        node = self.values
+        for part in path[:-1]:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                child = node[part] = {}
+            node = child
+        node[path[-1]] = copy.deepcopy(value)
+        for known in [p for p in self.overlay if p[: len(path)] == path]:
+            del self.overlay[known]
+        if origin is not None:
+            self.overlay[path] = origin
+
+    def merge(self, block_path: tuple, path: tuple, value) -> None:
+        """Deep-merge the settings of the document's block at `block_path` (an `on TARGET`)."""
+        if isinstance(value, dict) and not _is_call(value):
+            for key, inner in value.items():
+                self.merge(block_path, path + (key,), inner)
+            return
+        source_path = block_path + path
+        self.set(path, value, self.document.origins.get(source_path))
+        for known, origin in self.document.origins.items():
+            if known[: len(source_path)] == source_path and len(known) > len(source_path):
+                self.overlay[path + known[len(source_path) :]] = origin
+
+
+def _is_call(value) -> bool:
+    return isinstance(value, dict) and set(value) == {"fn", "args"}
+
+
+@dataclass(frozen=True)
+class Variant:
+    target: str
+    point: str
+    point_values: tuple[tuple[str, object], ...]
+    settings: Settings
+
+
+def expand(document: Document, targets: list[str], overrides: list[Override]) -> list[Variant]:
+    """Every (target, sweep point) of the document, with overrides applied."""
+    set_paths = {o.path for o in overrides}
+    axes = [axis for path, axis in document.sweeps.items() if path not in set_paths]
+    for axis in axes:
+        if axis.path[0] in UNSWEEPABLE:
+            raise error(
+                f"'{'.'.join(axis.path)}' cannot be swept",
+                axis.key_span,
+                hint="sweep a setting such as train.batch or cluster.nodes; list targets in targets = [...]",
+            )
+    points = list(itertools.product(*[range(len(axis.values)) for axis in axes]))
+    names = [_point_name(axes, choice) for choice in points]
+    if len(set(names)) != len(names):
+        names = [f"{name}-{i}" for i, name in enumerate(names)]
+    variants = []
+    for target in targets:
+        for choice, name in zip(points, names):
+            settings = Settings(document, copy.deepcopy(document.values))
+            on_block = document.get(("on", target))
+            if isinstance(on_block, dict):
+                settings.merge(("on", target), (), on_block)
+            for axis, index in zip(axes, choice):
+                settings.set(axis.path, axis.values[index], Origin(axis.key_span, axis.value_spans[index]))
+            for override in overrides:
+                settings.set(override.path, override.value)
+                record_origins(settings.overlay, override.path, override.node, override.key_span)
+            values = tuple((".".join(axis.path), axis.values[index]) for axis, index in zip(axes, choice))
+            variants.append(Variant(target, name, values, settings))
+    return variants
+
+
+def _point_name(axes, choice) -> str:
+    if not axes:
+        return "default"
+    parts = []
+    for axis, index in zip(axes, choice):
+        value = axis.values[index]
+        if isinstance(value, bool):
+            shown = str(value).lower()
+        elif _is_call(value):
+            shown = value["fn"]
+        else:
+            shown = str(value)
+        shown = re.sub(r"[^A-Za-z0-9.+-]", "_", shown)
+        parts.append(f"{axis.path[-1]}-{shown}")
+    return "_".join(parts)
+
+
+def raise_if(diagnostics) -> None:
+    if diagnostics:
+        raise BenchError(diagnostics)

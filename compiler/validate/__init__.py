@@ -1,0 +1,1 @@
+"""Validation: the JSON Schema layer and the semantic rules."""

@@ -1,0 +1,272 @@
+"""Layer 2 of validation: the rules that tie settings together, each stating the rule it enforces.
+
+Each rule reads a built Plan (values resolved, derived values computed) and the variant's
+settings (for spans), and returns located diagnostics. `check_plan` runs them all, so one
+`benchc check` reports every broken rule at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from ..catalog.targets import TARGETS
+from ..diagnostics import Diagnostic, Span, choices_hint
+from ..plan.lower import Resolved
+from ..plan.types import InferWorkload, LlamaModel, Plan, SD3Pipeline, TrainWorkload
+
+Rule = Callable[[Plan, Resolved], Iterator[Diagnostic]]
+RULES: list[Rule] = []
+
+
+def rule(function: Rule) -> Rule:
+    RULES.append(function)
+    return function
+
+
+def check_plan(plan: Plan, resolved: Resolved) -> list[Diagnostic]:
+    found = []
+    for check in RULES:
+        found.extend(check(plan, resolved))
+    return found
+
+
+def _span(resolved: Resolved, *path, key: bool = False) -> Span:
+    return resolved.settings.span(tuple(path), prefer_key=key)
+
+
+def _workload(plan: Plan) -> str:
+    return plan.workload.kind
+
+
+@rule
+def world_size(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:
+    """nodes x devices_per_node = world size = data x tensor x pipeline."""
+    c, p = plan.cluster, plan.parallel
+    product = p.data * p.tensor * p.pipeline
+    if product == c.world_size:
+        return
+    written = r.settings.has(("parallel", "data"))
+    at = _span(r, "parallel", "data") if written else _span(r, "parallel", key=True)
+    if not r.settings.has(("parallel",)):
+        at = _span(r, "cluster", key=True)
+    if not written and c.world_size % (p.tensor * p.pipeline):
+        message = (
+            f"world size {c.world_size} (nodes {c.nodes} x devices_per_node "
+            f"{c.devices_per_node}) is not divisible by tensor x pipeline = "
+            f"{p.tensor} x {p.pipeline}"
+        )
+    else:
+        message = (
+            f"parallel degrees do not fill the cluster: data x tensor x pipeline = "
+            f"{p.data} x {p.tensor} x {p.pipeline} = {product}, but nodes x devices_per_node = "
+            f"{c.nodes} x {c.devices_per_node} = {c.world_size}"
+        )
+    yield Diagnostic(
+        message,
+        at,
+        hint="rule: nodes x devices_per_node = world size = data x tensor x pipeline"
+        + (f"; with this cluster, data = {c.world_size // (p.tensor * p.pipeline)}"
+           if c.world_size % (p.tensor * p.pipeline) == 0 else ""),
+    )  # fmt: skip
+
+
+@rule
+def global_batch(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:
+    """global batch = micro batch x gradient accumulation x data degree."""
+    w = plan.workload
+    if not isinstance(w, TrainWorkload):
+        return
+    expected = w.micro_batch * w.grad_accum * plan.parallel.data
+    if w.global_batch == expected:
+        return
+    accum_written = r.settings.has(("train", "grad_accum"))
+    data = plan.parallel.data
+    hint = "rule: global_batch = batch x grad_accum x parallel.data"
+    if not accum_written and w.global_batch % (w.micro_batch * data):
+        message = (
+            f"global_batch {w.global_batch} is not a multiple of batch x data = "
+            f"{w.micro_batch} x {data} = {w.micro_batch * data}"
+        )
+    else:
+        message = (
+            f"batch arithmetic does not add up: batch x grad_accum x data = {w.micro_batch} x "
+            f"{w.grad_accum} x {data} = {expected}, but global_batch = {w.global_batch}"
+        )
+        if w.global_batch % (w.micro_batch * data) == 0:
+            hint += f"; grad_accum = {w.global_batch // (w.micro_batch * data)} would add up"
+    yield Diagnostic(message, _span(r, "train", "global_batch"), hint=hint)
+
+
+@rule
+def heads_divide(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:
+    """Attention heads (and KV heads) are split evenly across the tensor-parallel degree."""
+    tensor = plan.parallel.tensor
+    model = plan.model.transformer if isinstance(plan.model, SD3Pipeline) else plan.model
+    kind = plan.model.kind
+    counts = [("heads", model.heads)]
+    if isinstance(model, LlamaModel):
+        counts.append(("kv_heads", model.kv_heads))
+    at = _span(r, "parallel", "tensor")
+    for name, count in counts:
+        if count % tensor:
+            yield Diagnostic(
+                f"parallel.tensor = {tensor} does not divide the model's {name} ({count})",
+                at,
+                hint=f"rule: {name} % tensor == 0; tensor degrees that work: "
+                + ", ".join(str(d) for d in range(1, count + 1) if count % d == 0 and d <= 64),
+                notes=(),
+            )
+    if isinstance(model, LlamaModel):
+        if model.hidden % model.heads:
+            yield Diagnostic(
+                f"llama hidden ({model.hidden}) is not divisible by heads ({model.heads})",
+                _span(r, "model", kind, "hidden"),
+                hint="rule: head_dim = hidden / heads must be a whole number",
+            )
+        if model.heads % model.kv_heads:
+            yield Diagnostic(
+                f"llama heads ({model.heads}) is not a multiple of kv_heads ({model.kv_heads})",
+                _span(r, "model", kind, "kv_heads"),
+                hint="rule: grouped-query attention shares each KV head among heads / kv_heads query heads",
+            )
+
+
+@rule
+def warmup_before_steps(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:
+    """warmup < steps: at least one step is timed."""
+    w = plan.workload
+    if w.warmup >= w.steps:
+        yield Diagnostic(
+            f"warmup ({w.warmup}) must be less than steps ({w.steps})",
+            _span(r, w.kind, "warmup"),
+            hint="rule: warmup < steps; steps count the warmup, and only steps after it are "
+            f"timed (e.g. steps = {w.warmup + 20})",
+        )
+
+
+@rule
+def image_shape(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:
+    """resolution divides into VAE latents (/8) and those into patches; patches fit pos_embed."""
+    w = plan.workload
+    if w.resolution is None:
+        return
+    model = plan.model.transformer if isinstance(plan.model, SD3Pipeline) else plan.model
+    step = 8 * model.patch
+    if w.resolution % step:
+        yield Diagnostic(
+            f"{w.kind}.resolution {w.resolution} is not a multiple of {step}",
+            _span(r, w.kind, "resolution"),
+            hint=f"rule: resolution / 8 (VAE) / patch ({model.patch}) must be whole; "
+            f"e.g. {w.resolution - w.resolution % step or step}",
+        )
+    elif w.resolution // step > model.pos_embed_max_size:
+        yield Diagnostic(
+            f"{w.kind}.resolution {w.resolution} gives {w.resolution // step} patches per side, "
+            f"more than pos_embed_max_size ({model.pos_embed_max_size})",
+            _span(r, w.kind, "resolution"),
+            hint="rule: resolution / 8 / patch <= pos_embed_max_size",
+        )
+
+
+@rule
+def sequence_fits(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:
+    """Token counts fit the model's position table."""
+    model, w = plan.model, plan.workload
+    if not isinstance(model, LlamaModel):
+        return
+    if isinstance(w, TrainWorkload) and w.seq_len and w.seq_len > model.max_positions:
+        yield Diagnostic(
+            f"train.seq_len {w.seq_len} exceeds the model's max_positions ({model.max_positions})",
+            _span(r, "train", "seq_len"),
+            hint="rule: seq_len <= max_positions",
+        )
+    if isinstance(w, InferWorkload) and w.input_tokens and w.output_tokens:
+        total = w.input_tokens + w.output_tokens
+        if total > model.max_positions:
+            yield Diagnostic(
+                f"input_tokens + output_tokens = {total} exceeds the model's max_positions "
+                f"({model.max_positions})",
+                _span(r, "infer", "output_tokens"),
+                hint="rule: input_tokens + output_tokens <= max_positions",
+            )
+
+
+@rule
+def target_capabilities(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:
+    """The target runs the precision and attention kernel the spec asks for (target table)."""
+    t, w = plan.target, plan.workload
+    if w.precision not in t.precisions:
+        reason = t.unsupported_precisions.get(w.precision, "")
+        yield Diagnostic(
+            f"target {t.name} cannot run {w.kind}.precision = {w.precision}",
+            _span(r, w.kind, "precision"),
+            hint=reason or f"{t.name} supports: {', '.join(t.precisions)}",
+        )
+    if w.attention not in t.attention:
+        reason = t.unsupported_attention.get(w.attention, "")
+        yield Diagnostic(
+            f"target {t.name} has no '{w.attention}' attention kernel",
+            _span(r, w.kind, "attention"),
+            hint=reason or f"{t.name} kernels: {', '.join(t.attention)}",
+        )
+    limit = t.devices_per_node
+    if limit is not None and plan.cluster.devices_per_node > limit:
+        yield Diagnostic(
+            f"{t.name} nodes have {limit} devices, not {plan.cluster.devices_per_node}",
+            _span(r, "cluster", "devices_per_node"),
+            hint=f"rule: devices_per_node <= {limit} on {t.name}; add nodes instead",
+        )
+
+
+@rule
+def workload_options(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:
+    """Training-only settings are not set for inference."""
+    p = plan.parallel
+    if isinstance(plan.workload, InferWorkload):
+        if p.sharding != "none":
+            yield Diagnostic(
+                f"parallel.sharding = {p.sharding} applies to training",
+                _span(r, "parallel", "sharding"),
+                hint="for inference split the model with parallel.tensor instead",
+            )
+        if p.activation_checkpointing:
+            yield Diagnostic(
+                "parallel.activation_checkpointing applies to training",
+                _span(r, "parallel", "activation_checkpointing"),
+                hint="remove it; inference keeps no activations for a backward pass",
+            )
+
+
+def check_names(document) -> list[Diagnostic]:
+    """Target names, which the schema cannot know: in targets, on and reference blocks."""
+    found = []
+    known = list(TARGETS)
+    for index, name in enumerate(document.get(("targets",)) or []):
+        if isinstance(name, str) and name not in TARGETS:
+            found.append(
+                Diagnostic(
+                    f"unknown target '{name}'",
+                    document.span_of(("targets", index)),
+                    hint=choices_hint(name, known, "known targets (benchc targets)"),
+                )
+            )
+    for name in document.get(("on",)) or {}:
+        if name not in TARGETS:
+            found.append(
+                Diagnostic(
+                    f"unknown target '{name}' in on {name} {{ }}",
+                    document.span_of(("on", name), prefer_key=True),
+                    hint=choices_hint(name, known, "known targets"),
+                )
+            )
+    for label, ref in (document.get(("reference",)) or {}).items():
+        name = ref.get("target") if isinstance(ref, dict) else None
+        if isinstance(name, str) and name not in TARGETS:
+            found.append(
+                Diagnostic(
+                    f"unknown target '{name}' in reference \"{label}\"",
+                    document.span_of(("reference", label, "target")),
+                    hint=choices_hint(name, known, "known targets"),
+                )
+            )
+    return found

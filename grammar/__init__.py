@@ -1,0 +1,1 @@
+"""The .bench grammar (bench.lark), shipped as package data."""

@@ -1,0 +1,1 @@
+"""Jinja templates of generated programs, shipped as package data."""
