@@ -14,7 +14,7 @@ import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..diagnostics import BenchError, Diagnostic, Note, Source, Span, error
+from ..diagnostics import BenchError, Diagnostic, Note, Source, Span, did_you_mean, error
 from . import syntax as ast
 from .parser import parse_text
 from .source import display_name, read_source
@@ -115,6 +115,11 @@ def _no_experiment(tree: ast.File) -> BenchError:
             Span.start_of(source),
             hint="a spec needs `experiment NAME { model ... { } train { } targets = [...] }`",
         )
+    first = tree.statements[0]
+    if isinstance(first, ast.Block):
+        guess = did_you_mean(first.name, ("experiment", "include"))
+        if guess:
+            return error(f"unknown keyword '{first.name}'", first.name_span, hint=guess)
     return error(
         f"no experiment in '{source.name}'",
         _head_span(tree.statements[0]),

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from functools import lru_cache
 from importlib import resources
 
 from lark import Lark, Token, Transformer, v_args
-from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
+from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken, VisitError
 
 from ..diagnostics import BenchError, Source, Span, error
 from . import syntax as ast
+
+KEYWORDS = ("experiment", "include", "sweep", "true", "false")
 
 # How the parser's terminal names read in a message.
 _TERMINAL_WORDS = {
@@ -36,7 +39,12 @@ def parse_text(source: Source, start: str = "start") -> ast.File:
         tree = _lark().parse(source.text)
     except UnexpectedInput as exc:
         raise _syntax_error(source, exc) from None
-    return ast.File(source, tuple(_Builder(source).transform(tree).children))
+    try:
+        return ast.File(source, tuple(_Builder(source).transform(tree).children))
+    except VisitError as exc:  # a located error raised while building a node
+        if isinstance(exc.orig_exc, BenchError):
+            raise exc.orig_exc from None
+        raise
 
 
 def parse_value(source: Source) -> ast.Value:
@@ -242,8 +250,11 @@ def _syntax_error(source: Source, exc: UnexpectedInput) -> BenchError:
         span = Span(source, token.line, token.column, token.end_line, token.end_column)
         expected = _describe_expected(set(exc.expected))
         hint = f"expected {expected}"
-        if token.type == "NAME" and token in {"experiment", "include", "sweep"}:
+        previous = re.search(r"([A-Za-z_][A-Za-z0-9_]*)\s*$", source.text[: token.start_pos])
+        if token.type == "NAME" and token in KEYWORDS:
             hint += f"; '{token}' is a keyword and cannot be used as a name"
+        elif previous and previous.group(1) in KEYWORDS:
+            hint += f"; '{previous.group(1)}' is a keyword and cannot be used as a name"
         elif "LSQB" in exc.expected and "NAME" not in exc.expected and "EQUAL" not in exc.expected:
             hint += "; a sweep takes a list of values, e.g. sweep train.batch = [16, 32]"
         return error(f"unexpected {_describe_token(token)}", span, hint=hint)

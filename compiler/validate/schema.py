@@ -83,9 +83,14 @@ def dotted(path) -> str:
 def validate_settings(values: dict, span_of: Callable[[tuple, bool], Span]) -> list[Diagnostic]:
     """All schema errors in `values`, each located with `span_of(path, prefer_key)`."""
     diagnostics = []
-    for err in sorted(_validator().iter_errors(values), key=lambda e: list(map(str, e.path))):
+    for err in _validator().iter_errors(values):
         diagnostics.extend(_diagnose(_deepest(err), span_of))
-    return diagnostics
+    return sorted(diagnostics, key=_position)
+
+
+def _position(diagnostic: Diagnostic) -> tuple:
+    span = diagnostic.span
+    return (span.source.name, span.line, span.column) if span else ("", 0, 0)
 
 
 def _deepest(err: ValidationError) -> ValidationError:
