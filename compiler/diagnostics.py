@@ -130,7 +130,9 @@ _MAX_SHOWN_LINE = 200
 
 
 def _excerpt(span: Span) -> list[str]:
-    text = span.source.line_text(span.line).expandtabs(1)
+    # Tabs as one space and unprintable characters as '?' keep the caret under its column.
+    line = span.source.line_text(span.line).replace("\t", " ")
+    text = "".join(c if c.isprintable() and c != "\ufffd" else "?" for c in line)
     if not text and span.line > 1 and not span.source.text:
         return []
     gutter = str(span.line)

@@ -36,7 +36,7 @@ def parse_targets(names: Sequence[str]) -> list[str]:
     problems = []
     for index, name in enumerate(names, 1):
         if name not in TARGETS:
-            source = Source(f"--target #{index}", name)
+            source = Source(f"--target[{index}]", name)
             problems.append(
                 Diagnostic(
                     f"unknown target '{name}'",

@@ -22,13 +22,15 @@ def display_name(path: Path) -> str:
 
 def read_source(path: Path, name: str | None = None, included_from: Span | None = None) -> Source:
     name = name or display_name(path)
-    placeholder = Source(name, "")
     where = included_from or None
     try:
         size = path.stat().st_size
         if path.is_dir():
             raise error(f"'{name}' is a directory, not a .bench file", where)
         if size > MAX_SPEC_BYTES:
+            with path.open("rb") as head:  # show its first line, read nothing more
+                first_line = head.read(512).split(b"\n")[0].decode("utf-8", errors="replace")
+            placeholder = Source(name, first_line)
             raise error(
                 f"'{name}' is {size / 2**20:.1f} MiB; benchc reads spec files of at most "
                 f"{MAX_SPEC_BYTES // 2**20} MiB",

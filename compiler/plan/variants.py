@@ -31,7 +31,7 @@ class Override:
 
 
 def parse_override(text: str, index: int = 1) -> Override:
-    source = Source(f"--set #{index}", text)
+    source = Source(f"--set[{index}]", text)
     if "=" not in text:
         raise error(
             f"--set needs KEY=VALUE, got '{text}'",

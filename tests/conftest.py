@@ -1,0 +1,70 @@
+"""Shared helpers: repository paths and running the benchc CLI in-process or as a subprocess."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SPECS = REPO / "specs"
+BAD = Path(__file__).resolve().parent / "bad"
+GOLDEN = Path(__file__).resolve().parent / "golden"
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+
+def run_cli(*args: str, cwd: Path | None = None) -> Result:
+    """Run `benchc ARGS` in this process (fast); cwd is changed for the call if given."""
+    from benchc.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    previous = os.getcwd()
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        with redirect_stdout(out), redirect_stderr(err):
+            try:
+                code = main(list(args))
+            except SystemExit as exc:  # argparse errors
+                code = exc.code if isinstance(exc.code, int) else 2
+    finally:
+        os.chdir(previous)
+    return Result(code, out.getvalue(), err.getvalue())
+
+
+def run_benchc(*args: str, cwd: Path | None = None, env: dict | None = None) -> Result:
+    """Run `python -m benchc ARGS` as a real process (exit codes, tracebacks, imports)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchc", *args],
+        cwd=cwd or REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+    )
+    return Result(proc.returncode, proc.stdout, proc.stderr)
+
+
+@pytest.fixture
+def write(tmp_path):
+    """write('name.bench', text) -> path under a fresh temp dir."""
+
+    def _write(name: str, text: str) -> Path:
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        return path
+
+    return _write

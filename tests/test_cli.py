@@ -1,0 +1,94 @@
+"""The benchc command as users run it: exit codes, output, and no torch on the check path."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+from conftest import REPO, SPECS, run_benchc, run_cli
+
+ALL_SPECS = sorted(str(p.relative_to(REPO)) for p in SPECS.glob("*.bench"))
+
+
+def test_check_accepts_every_reference_spec():
+    result = run_cli("check", *ALL_SPECS, cwd=REPO)
+    assert result.code == 0, result.err
+    assert result.out.count("ok: ") == len(ALL_SPECS) == 5
+
+
+def test_check_smoke_accepts_every_reference_spec():
+    result = run_cli("check", "--smoke", *ALL_SPECS, cwd=REPO)
+    assert result.code == 0, result.err
+
+
+def test_check_reports_each_bad_spec_and_still_checks_the_good_ones(write):
+    bad = write("bad.bench", "experiment e {")
+    result = run_cli("check", str(bad), str(SPECS / "sd3.bench"))
+    assert result.code == 2
+    assert "ok: " in result.out and "unexpected end of file" in result.err
+
+
+def test_plan_json_for_beluga_train_on_gaudi2():
+    result = run_cli("plan", "specs/beluga-train.bench", "--target", "gaudi2", "--json", cwd=REPO)
+    assert result.code == 0, result.err
+    (plan,) = json.loads(result.out)["plans"]
+    assert plan["cluster"]["world_size"] == 256
+    w = plan["workload"]
+    assert (w["micro_batch"], w["grad_accum"], plan["parallel"]["data"]) == (2, 2, 256)
+    assert w["global_batch"] == 1024 == w["micro_batch"] * w["grad_accum"] * plan["parallel"]["data"]
+
+
+def test_plan_text_lists_every_point():
+    result = run_cli("plan", "specs/sd3.bench", cwd=REPO)
+    assert result.code == 0
+    headers = re.findall(r"^sd3_mmdit_train / (\w+) / (\S+)", result.out, flags=re.M)
+    assert headers == [(t, p) for t in ("gaudi2", "h100", "a100") for p in ("batch-16", "batch-32")]
+    assert "reference 927 images/s" in result.out
+
+
+def test_targets_table_and_json():
+    assert "gaudi2" in run_cli("targets").out
+    table = json.loads(run_cli("targets", "--json").out)
+    assert set(table) == {"gaudi2", "gaudi3", "a100", "h100", "h200", "cpu"}
+    assert table["h100"]["peak_tflops"]["fp8"] == 1979.0 and table["cpu"]["peak_tflops"]["bf16"] is None
+
+
+def test_usage_errors_exit_2():
+    assert run_cli("plan").code == 2
+    assert run_cli("frobnicate").code == 2
+
+
+def test_real_process_exit_codes_and_no_traceback():
+    ok = run_benchc("check", *ALL_SPECS)
+    assert ok.code == 0, ok.err
+    bad = run_benchc("check", "tests/bad/include-cycle.bench")
+    assert bad.code == 2 and "include cycle" in bad.err and "Traceback" not in bad.err
+    missing = run_benchc("check", "no/such/file.bench")
+    assert missing.code == 2 and "no such file" in missing.err
+
+
+def test_check_and_plan_never_import_torch():
+    code = (
+        "import sys; from benchc.cli import main; "
+        "rc = main(['plan', 'specs/sd3.bench', '--json']); "
+        "rc |= main(['check', 'specs/beluga-train.bench', '--smoke']); "
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
+        "{'torch', 'diffusers', 'transformers', 'accelerate', 'numpy'}); "
+        "print('HEAVY', heavy); sys.exit(rc)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "HEAVY []" in proc.stdout
+
+
+def test_importtime_of_check_shows_no_torch():
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "benchc", "check", "specs/sd3.bench"],
+        cwd=REPO, capture_output=True, text=True,
+    )  # fmt: skip
+    assert proc.returncode == 0
+    imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if "|" in line}
+    assert "benchc.pipeline" in imported  # the measurement saw the front end
+    assert not {m for m in imported if m.split(".")[0] == "torch"}

@@ -1,0 +1,62 @@
+"""docs/language.md documents every setting, preset and target that benchc accepts."""
+
+from __future__ import annotations
+
+import re
+
+from benchc.catalog.presets import PRESETS
+from benchc.catalog.targets import TARGETS
+from benchc.validate.schema import schema
+from conftest import REPO
+
+DOC = (REPO / "docs" / "language.md").read_text()
+CODE_SPANS = re.findall(r"`([^`\n]+)`", DOC)
+
+
+def documented(word: str) -> bool:
+    """The word appears as a whole word inside some `code span` of the page."""
+    pattern = re.compile(rf"(?<![\w-]){re.escape(word)}(?![\w-])")
+    return any(pattern.search(span) for span in CODE_SPANS)
+
+
+def _keys(node) -> set[str]:
+    found = set()
+    if isinstance(node, dict):
+        for key, value in (node.get("properties") or {}).items():
+            found.add(key)
+            found |= _keys(value)
+        for value in node.values():
+            if isinstance(value, (dict, list)):
+                found |= _keys(value)
+    elif isinstance(node, list):
+        for item in node:
+            found |= _keys(item)
+    return found
+
+
+def test_every_schema_key_is_documented():
+    keys = _keys(schema()) - {"fn", "args"}  # the internal form of a call
+    missing = sorted(k for k in keys if not documented(k))
+    assert not missing, f"undocumented settings: {missing}"
+
+
+def test_every_enumerated_value_is_documented():
+    def enums(node):
+        if isinstance(node, dict):
+            yield from node.get("enum", [])
+            for value in node.values():
+                yield from enums(value)
+        elif isinstance(node, list):
+            for item in node:
+                yield from enums(item)
+
+    missing = sorted({v for v in enums(schema()) if not documented(v)})
+    assert not missing, f"undocumented values: {missing}"
+
+
+def test_presets_and_targets_are_documented():
+    for presets in PRESETS.values():
+        for name in presets:
+            assert documented(f'"{name}"'), name
+    for name in TARGETS:
+        assert documented(name), name

@@ -1,0 +1,62 @@
+"""A wheel built from the repository works in a fresh virtual environment outside it.
+
+This proves the grammar, the JSON Schema (and later the templates) ship inside the wheel,
+and that the console script runs with only the declared dependencies installed.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import venv
+
+import pytest
+from conftest import REPO, SPECS
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    root = tmp_path_factory.mktemp("wheel")
+    dist = root / "dist"
+    build = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
+    subprocess.run([*build, "-w", str(dist), str(REPO)], check=True, capture_output=True, text=True)
+    (wheel,) = dist.glob("benchc-*.whl")
+    env_dir = root / "venv"
+    venv.EnvBuilder(with_pip=True).create(env_dir)
+    pip = subprocess.run(
+        [str(env_dir / "bin" / "python"), "-m", "pip", "install", "-q", str(wheel)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert pip.returncode == 0, pip.stderr
+    return root, env_dir
+
+
+def test_wheel_contains_grammar_schema_and_package(installed):
+    root, _ = installed
+    import zipfile
+
+    (wheel,) = (root / "dist").glob("benchc-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert "benchc/grammar/bench.lark" in names
+    assert "benchc/validate/bench.schema.json" in names
+    assert "benchc/cli.py" in names
+
+
+def test_installed_benchc_checks_a_spec_copied_elsewhere(installed):
+    root, env_dir = installed
+    elsewhere = root / "elsewhere"
+    shutil.copytree(SPECS, elsewhere / "specs")
+    benchc = env_dir / "bin" / "benchc"
+    ok = subprocess.run([str(benchc), "check", "specs/sd3.bench", "specs/beluga-train.bench"],
+                        cwd=elsewhere, capture_output=True, text=True)  # fmt: skip
+    assert ok.returncode == 0, ok.stderr
+    assert "ok: specs/sd3.bench" in ok.stdout
+    bad = subprocess.run(
+        [str(benchc), "check", "missing.bench"], cwd=elsewhere, capture_output=True, text=True
+    )
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    # nothing is read from the source tree: the installed package is the one that ran
+    where = subprocess.run([str(env_dir / "bin" / "python"), "-c", "import benchc; print(benchc.__file__)"],
+                           cwd=elsewhere, capture_output=True, text=True)  # fmt: skip
+    assert str(env_dir) in where.stdout
