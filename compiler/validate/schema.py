@@ -33,6 +33,28 @@ def _validator() -> jsonschema.Draft202012Validator:
     return jsonschema.Draft202012Validator(schema())
 
 
+def setting_names(path: tuple[str, ...]) -> list[str] | None:
+    """The keys the schema allows after `path` (e.g. ("train",) -> batch, steps, ...).
+
+    None when `path` itself is not a settings block the schema knows.
+    """
+    node = schema()
+    for part in path:
+        node = _deref(node)
+        properties = node.get("properties", {})
+        if part not in properties:
+            return None
+        node = properties[part]
+    node = _deref(node)
+    return sorted(node.get("properties", {})) if node.get("type") == "object" else []
+
+
+def _deref(node: dict) -> dict:
+    while "$ref" in node:
+        node = schema()["$defs"][node["$ref"].rsplit("/", 1)[-1]]
+    return node
+
+
 def describe(value: object) -> str:
     """A value as the user wrote it, for messages."""
     if isinstance(value, bool):

@@ -13,6 +13,7 @@ from ..catalog.targets import TARGETS
 from ..diagnostics import Diagnostic, Span, choices_hint
 from ..plan.lower import Resolved
 from ..plan.types import InferWorkload, LlamaModel, Plan, SD3Pipeline, TrainWorkload
+from .schema import setting_names
 
 Rule = Callable[[Plan, Resolved], Iterator[Diagnostic]]
 RULES: list[Rule] = []
@@ -260,6 +261,7 @@ def check_names(document) -> list[Diagnostic]:
                 )
             )
     for label, ref in (document.get(("reference",)) or {}).items():
+        found += _check_where(document, label, ref.get("where") if isinstance(ref, dict) else None)
         name = ref.get("target") if isinstance(ref, dict) else None
         if isinstance(name, str) and name not in TARGETS:
             found.append(
@@ -269,4 +271,25 @@ def check_names(document) -> list[Diagnostic]:
                     hint=choices_hint(name, known, "known targets"),
                 )
             )
+    return found
+
+
+def _check_where(document, label: str, where, prefix: tuple = ()) -> list[Diagnostic]:
+    """`where { train.batch = 16 }` names settings that exist, or the figure would never match."""
+    if not isinstance(where, dict):
+        return []
+    found = []
+    for key, value in where.items():
+        path = prefix + (key,)
+        allowed = setting_names(prefix) if prefix else setting_names(())
+        if allowed is None or key not in allowed:
+            found.append(
+                Diagnostic(
+                    f"reference \"{label}\": unknown setting '{'.'.join(path)}' in where",
+                    document.span_of(("reference", label, "where") + path, prefer_key=True),
+                    hint=choices_hint(key, allowed or [], "settings here"),
+                )
+            )
+        elif isinstance(value, dict) and setting_names(path):
+            found += _check_where(document, label, value, path)
     return found
