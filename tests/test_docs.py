@@ -7,6 +7,7 @@ import re
 from benchc.catalog.presets import PRESETS
 from benchc.catalog.targets import TARGETS
 from benchc.validate.schema import schema
+
 from conftest import REPO
 
 DOC = (REPO / "docs" / "language.md").read_text()

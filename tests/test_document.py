@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from benchc.diagnostics import BenchError
 from benchc.frontend.document import load_document
 

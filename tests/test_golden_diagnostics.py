@@ -13,6 +13,7 @@ import re
 import shlex
 
 import pytest
+
 from conftest import BAD, GOLDEN, run_cli
 
 GOLDEN_DIR = GOLDEN / "diagnostics"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from benchc.diagnostics import BenchError, Source
 from benchc.frontend import syntax as ast
 from benchc.frontend.parser import parse_text

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from benchc.diagnostics import BenchError
 from benchc.pipeline import plan_spec
 from benchc.plan.types import LlamaModel, MMDiTModel, SD3Pipeline, TrainWorkload
+
 from conftest import SPECS
 
 BASE = """

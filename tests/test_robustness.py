@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import random
 
-from conftest import SPECS
-
 from benchc.diagnostics import BenchError
 from benchc.pipeline import plan_spec
+
+from conftest import SPECS
 
 TOKENS = (
     "experiment e { } [ ] ( ) = , ; . model mmdit llama sd3 train infer batch steps warmup 16 0 -1 1e3 "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from benchc.diagnostics import BenchError
 from benchc.pipeline import plan_spec
 from benchc.validate.semantic import RULES

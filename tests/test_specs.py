@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import pytest
+
 from benchc.pipeline import plan_spec
+
 from conftest import SPECS
 
 REFERENCE = {

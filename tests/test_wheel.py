@@ -12,6 +12,7 @@ import sys
 import venv
 
 import pytest
+
 from conftest import REPO, SPECS
 
 
