@@ -14,6 +14,7 @@ from ..catalog.presets import PRESETS
 from ..catalog.targets import Target
 from ..diagnostics import BenchError, Diagnostic, choices_hint
 from ..frontend.document import Document
+from .flops import ModelCost, mmdit_cost
 from .types import (
     Cluster,
     InferWorkload,
@@ -309,7 +310,19 @@ def build(resolved: Resolved, variant: Variant, target: Target, smoke: bool,
             files=tuple((f.path, f.sha256) for f in document.files),
         ),
         overrides=overrides,
+        cost=_cost(model, workload),
     )
+
+
+def _cost(model, workload) -> ModelCost | None:
+    """Model size and FLOPs where the architecture is modelled (plan/flops.py)."""
+    if isinstance(model, MMDiTModel) and workload.image_tokens:
+        return mmdit_cost(
+            model.depth, model.hidden, model.patch, model.in_channels, model.joint_attention_dim,
+            model.pooled_projection_dim, model.head_dim, model.qk_norm, workload.image_tokens,
+            model.text_tokens,
+        )  # fmt: skip
+    return None
 
 
 def _int_or_none(value) -> int | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from ..catalog.targets import Target
+from .flops import ModelCost
 
 PLAN_SCHEMA_VERSION = 1
 
@@ -175,6 +176,7 @@ class Plan:
     references: tuple[Reference, ...]
     spec: SpecInfo
     overrides: tuple[str, ...]  # the --set arguments, as given
+    cost: ModelCost | None  # parameters and model FLOPs per sample (None: not modelled yet)
     schema_version: int = PLAN_SCHEMA_VERSION
 
     def to_dict(self) -> dict:

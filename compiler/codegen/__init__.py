@@ -1,0 +1,1 @@
+"""Code generation: typed plans -> standalone benchmark programs, launchers and manifests."""

@@ -1,0 +1,201 @@
+"""Render one plan into its files: the benchmark program, its launcher and its manifest.
+
+Logic lives here; templates hold layout. Every value a template prints comes from the
+dictionaries built below and reaches Python code through the `py` filter (a literal).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from .. import __version__
+from ..diagnostics import Diagnostic
+from ..plan.types import MMDiTModel, Plan, TrainWorkload
+from .environment import environment
+
+MANIFEST_VERSION = 1
+METRICS_SCHEMA_VERSION = 1
+PROGRAM = "bench.py"
+LAUNCHER = "launch.sh"
+MANIFEST = "manifest.json"
+UNITS = {"images_per_s": "images/s", "tokens_per_s": "tokens/s"}
+
+
+def unsupported(plan: Plan) -> list[Diagnostic]:
+    """What this release cannot generate yet, said plainly (not a mistake in the spec)."""
+    where = f"{plan.spec.path}: {plan.experiment} / {plan.target.name}"
+    problems = []
+    if not (isinstance(plan.model, MMDiTModel) and isinstance(plan.workload, TrainWorkload)):
+        problems.append(
+            f"{where}: benchc {__version__} generates programs for MMDiT training (S1, S2) only; "
+            f"{plan.model.kind} {plan.workload.kind} is planned but not generated yet"
+        )
+    p = plan.parallel
+    if p.tensor > 1 or p.pipeline > 1:
+        problems.append(f"{where}: tensor and pipeline parallel MMDiT training is not generated yet")
+    if p.sharding not in ("none", "fsdp"):
+        problems.append(f"{where}: sharding = {p.sharding} (DeepSpeed) is not generated yet for MMDiT")
+    return [
+        Diagnostic(message, None, hint="`benchc plan` shows the resolved plan meanwhile")
+        for message in problems
+    ]
+
+
+def program_settings(plan: Plan) -> dict:
+    """The PLAN literal of the program: what its core reads, nothing target-specific in code."""
+    model, work = plan.model, plan.workload
+    return {
+        "experiment": plan.experiment,
+        "target": plan.target.name,
+        "point": plan.point,
+        "point_values": dict(plan.point_values),
+        "smoke": plan.smoke,
+        "spec": plan.spec.path,
+        "spec_sha256": plan.spec.sha256,
+        "compiler": f"benchc {__version__}",
+        "metrics_schema_version": METRICS_SCHEMA_VERSION,
+        "workload": work.kind,
+        "metric": plan.measure.metric,
+        "unit": UNITS.get(plan.measure.metric, plan.measure.metric),
+        "world_size": plan.cluster.world_size,
+        "model": {
+            "kind": model.kind,
+            "weights": model.weights,
+            "text_tokens": model.text_tokens,
+            # keyword arguments of diffusers.SD3Transformer2DModel
+            "config": {
+                "sample_size": work.latent_size,
+                "patch_size": model.patch,
+                "in_channels": model.in_channels,
+                "out_channels": model.in_channels,
+                "num_layers": model.depth,
+                "attention_head_dim": model.head_dim,
+                "num_attention_heads": model.heads,
+                "joint_attention_dim": model.joint_attention_dim,
+                "caption_projection_dim": model.caption_projection_dim,
+                "pooled_projection_dim": model.pooled_projection_dim,
+                "pos_embed_max_size": model.pos_embed_max_size,
+                "qk_norm": None if model.qk_norm == "none" else model.qk_norm,
+            },
+        },
+        "train": {
+            "precision": work.precision,
+            "attention": work.attention,
+            "micro_batch": work.micro_batch,
+            "grad_accum": work.grad_accum,
+            "global_batch": work.global_batch,
+            "optimizer": {"name": work.optimizer.name, "args": dict(work.optimizer.args)},
+            "steps": work.steps,
+            "warmup": work.warmup,
+            "grad_clip": work.grad_clip,
+            "compile": work.compile,
+            "seed": work.seed,
+            "latent_size": work.latent_size,
+        },
+        "parallel": {
+            "data": plan.parallel.data,
+            "sharding": plan.parallel.sharding,
+            "activation_checkpointing": plan.parallel.activation_checkpointing,
+        },
+        "params": plan.cost.params if plan.cost else None,
+        "train_flops_per_sample": plan.cost.train_flops_per_sample if plan.cost else None,
+        "peak_flops_per_device": plan.target.peak_flops(work.precision),
+    }
+
+
+def _hpu_mode(plan: Plan) -> dict:
+    compiled = plan.workload.compile
+    return {
+        "hpu_lazy_mode": "0" if compiled else "1",
+        "hpu_mode_comment": (
+            "Eager mode with torch.compile(backend='hpu_backend') (the spec sets compile)."
+            if compiled
+            else "Lazy mode: ops are queued and run as one graph at each htcore.mark_step()."
+        ),
+    }
+
+
+def render_program(plan: Plan) -> str:
+    family = plan.target.family
+    title = (
+        f"{plan.experiment} on {plan.target.name}, point {plan.point}"
+        f"{' (smoke)' if plan.smoke else ''}: MMDiT training throughput."
+    )
+    context = {
+        "title": title,
+        "version": __version__,
+        "family": family,
+        "core": "cores/mmdit_train.py.j2",
+        "entry": "train",
+        "plan": program_settings(plan),
+        "metrics_version": METRICS_SCHEMA_VERSION,
+        "extra_requirements": {
+            "hpu": ",\nhabana_frameworks and optimum-habana",
+            "cuda": "",
+            "cpu": "",
+        }[family],
+        **_hpu_mode(plan),
+    }
+    return environment().get_template("train.py.j2").render(context)
+
+
+def render_launcher(plan: Plan) -> str:
+    family = plan.target.family
+    single = plan.target.launchers[0]
+    how = {
+        "mpirun": "mpirun on one node, torchrun c10d rendezvous across nodes",
+        "torchrun": "torchrun (standalone on one node, c10d rendezvous across nodes)",
+    }.get(single, single)
+    context = {
+        "experiment": plan.experiment,
+        "target": plan.target.name,
+        "point": plan.point,
+        "nodes": plan.cluster.nodes,
+        "per_node": plan.cluster.devices_per_node,
+        "world": plan.cluster.world_size,
+        "family": family,
+        "single_node": single,
+        "how": how,
+        "job_id": f"benchc-{plan.experiment}-{plan.target.name}-{plan.point}",
+        **_hpu_mode(plan),
+    }
+    return environment().get_template("launch.sh.j2").render(context)
+
+
+def sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def render_manifest(plan: Plan, files: dict[str, str]) -> str:
+    """Versioned, deterministic: no time, no host. `files` maps a file name to its text."""
+    manifest = {
+        "manifest_version": MANIFEST_VERSION,
+        "compiler": {"name": "benchc", "version": __version__},
+        "experiment": plan.experiment,
+        "target": plan.target.name,
+        "point": plan.point,
+        "smoke": plan.smoke,
+        "spec": {
+            "path": plan.spec.path,
+            "sha256": plan.spec.sha256,
+            "files": [{"path": p, "sha256": h} for p, h in plan.spec.files],
+        },
+        "files": [{"path": name, "sha256": sha256(text)} for name, text in sorted(files.items())],
+        "run": {
+            "single_node": f"bash {LAUNCHER}",
+            "multi_node": f"MASTER_ADDR=<node 0> NODE_RANK=<i> bash {LAUNCHER}",
+            "processes": plan.cluster.world_size,
+            "metrics": "metrics.json",
+            "metrics_schema": f"benchc-metrics/{METRICS_SCHEMA_VERSION}",
+        },
+        "plan": plan.to_dict(),
+    }
+    return json.dumps(manifest, indent=2, sort_keys=True) + "\n"
+
+
+def render_point(plan: Plan) -> dict[str, str]:
+    """All files of one build point, by name."""
+    files = {PROGRAM: render_program(plan), LAUNCHER: render_launcher(plan)}
+    files[MANIFEST] = render_manifest(plan, files)
+    return files

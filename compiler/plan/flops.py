@@ -1,0 +1,88 @@
+"""Model size and model FLOPs per sample, from the architecture alone (no torch).
+
+MFU = achieved model FLOP/s / (world size x the target's peak). "Model FLOPs" count the
+matrix multiplications the model needs (2 FLOPs per multiply-add) and the attention score and
+value products; a training step costs 3x the forward pass (forward + backward = 2x forward).
+Recomputation (activation checkpointing) is not counted: MFU, not hardware FLOPs utilisation.
+
+MMDiT (diffusers' SD3Transformer2DModel), hidden h, L joint blocks, the last one
+"context pre-only" (it updates image tokens only), S_i image tokens, S_t text tokens:
+- per image token per block: q, k, v, out projections 4h^2 + MLP 8h^2 = 12h^2 multiply-adds
+- per text token per block: q, k, v 3h^2, plus out 1h^2 and MLP 8h^2 except in the last block
+- per block: attention over S = S_i + S_t tokens: 2 S^2 h (scores) + 2 S^2 h (values)
+- per sample: the AdaLN modulation linears, timestep and pooled-text embedders
+- per token: patch embedding, context embedder, output projection
+The parameter count is exact for diffusers' model (tested against it); FLOPs are tested
+against torch's FLOP counter on a small model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+TIMESTEP_CHANNELS = 256  # diffusers' Timesteps(num_channels=256) in the SD3 time embedding
+MLP_RATIO = 4
+
+
+@dataclass(frozen=True)
+class ModelCost:
+    params: int
+    forward_flops_per_sample: float
+    train_flops_per_sample: float  # forward + backward
+
+
+def mmdit_params(
+    depth: int,
+    hidden: int,
+    patch: int,
+    in_channels: int,
+    joint_attention_dim: int,
+    pooled_projection_dim: int,
+    head_dim: int,
+    qk_norm: str,
+    out_channels: int | None = None,
+) -> int:
+    h = hidden
+    out_channels = out_channels or in_channels
+    linear = lambda n_in, n_out: n_in * n_out + n_out  # noqa: E731 - weights + bias
+    block = 4 * linear(h, h) + linear(h, 6 * h)  # image q k v out; AdaLN-Zero modulation
+    block += linear(h, MLP_RATIO * h) + linear(MLP_RATIO * h, h)  # image MLP
+    block += 3 * linear(h, h)  # text q k v
+    full_text = linear(h, h) + linear(h, MLP_RATIO * h) + linear(MLP_RATIO * h, h) + linear(h, 6 * h)
+    last_text = linear(h, 2 * h)  # the last block's text side: AdaLayerNormContinuous only
+    norms = 4 * head_dim if qk_norm == "rms_norm" else 0  # q, k, added q, added k RMSNorm weights
+    blocks = depth * (block + norms) + (depth - 1) * full_text + last_text
+    embed = in_channels * patch * patch * h + h  # patch embedding (a conv)
+    embed += linear(joint_attention_dim, h)  # context embedder
+    embed += linear(TIMESTEP_CHANNELS, h) + linear(h, h)  # timestep embedder
+    embed += linear(pooled_projection_dim, h) + linear(h, h)  # pooled text embedder
+    head = linear(h, 2 * h) + linear(h, patch * patch * out_channels)  # final AdaLN + projection
+    return blocks + embed + head
+
+
+def mmdit_cost(
+    depth: int,
+    hidden: int,
+    patch: int,
+    in_channels: int,
+    joint_attention_dim: int,
+    pooled_projection_dim: int,
+    head_dim: int,
+    qk_norm: str,
+    image_tokens: int,
+    text_tokens: int,
+) -> ModelCost:
+    h, s_i, s_t = hidden, image_tokens, text_tokens
+    mlp = 2 * MLP_RATIO * h * h
+    macs = depth * s_i * (4 * h * h + mlp)  # image tokens through every block
+    macs += depth * s_t * 3 * h * h + (depth - 1) * s_t * (h * h + mlp)  # text tokens
+    macs += depth * 2 * (s_i + s_t) ** 2 * h  # joint attention: scores and weighted values
+    macs += depth * (6 * h * h) + (depth - 1) * 6 * h * h + 2 * h * h  # AdaLN modulation
+    macs += TIMESTEP_CHANNELS * h + h * h + pooled_projection_dim * h + h * h + 2 * h * h
+    macs += s_i * in_channels * patch * patch * h + s_t * joint_attention_dim * h
+    macs += s_i * h * patch * patch * in_channels
+    forward = 2.0 * macs
+    params = mmdit_params(
+        depth, hidden, patch, in_channels, joint_attention_dim, pooled_projection_dim, head_dim, qk_norm
+    )
+    return ModelCost(params, forward, 3.0 * forward)
