@@ -46,6 +46,13 @@ def _parser() -> argparse.ArgumentParser:
     _variant_options(plan)
     plan.add_argument("--json", action="store_true", help="print the plans as JSON")
 
+    compile_ = commands.add_parser(
+        "compile", help="write programs, launchers and manifests: OUT/<experiment>/<target>/<point>/"
+    )
+    compile_.add_argument("spec", metavar="SPEC")
+    _variant_options(compile_)
+    compile_.add_argument("-o", "--out", default="build", metavar="DIR", help="build folder (default: build)")
+
     targets = commands.add_parser("targets", help="list the known targets and their facts")
     targets.add_argument("--json", action="store_true", help="print the target table as JSON")
     return parser
@@ -121,6 +128,20 @@ def _plan(args) -> int:
     return EXIT_OK
 
 
+def _compile(args) -> int:
+    from pathlib import Path
+
+    from .codegen.build import compile_plans
+    from .pipeline import plan_spec
+
+    result = plan_spec(args.spec, args.target, args.overrides, args.smoke)
+    built = compile_plans(result.plans, Path(args.out))
+    for point in built:
+        print(f"wrote {point.path}/ ({', '.join(point.files)})")
+    print(f"{len(built)} build point{'s' if len(built) != 1 else ''}; run one with: bash <point>/launch.sh")
+    return EXIT_OK
+
+
 def _targets(args) -> int:
     from dataclasses import asdict
 
@@ -147,7 +168,7 @@ def _targets(args) -> int:
     return EXIT_OK
 
 
-_COMMANDS = {"check": _check, "plan": _plan, "targets": _targets}
+_COMMANDS = {"check": _check, "plan": _plan, "compile": _compile, "targets": _targets}
 
 
 if __name__ == "__main__":

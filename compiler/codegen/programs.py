@@ -47,6 +47,7 @@ def program_settings(plan: Plan) -> dict:
     model, work = plan.model, plan.workload
     return {
         "experiment": plan.experiment,
+        "description": plan.description,
         "target": plan.target.name,
         "point": plan.point,
         "point_values": dict(plan.point_values),
@@ -126,7 +127,7 @@ def render_program(plan: Plan) -> str:
         "title": title,
         "version": __version__,
         "family": family,
-        "core": "cores/mmdit_train.py.j2",
+        "core": "core_mmdit_train.py.j2",
         "entry": "train",
         "plan": program_settings(plan),
         "metrics_version": METRICS_SCHEMA_VERSION,

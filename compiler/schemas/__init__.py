@@ -1,0 +1,1 @@
+"""JSON Schemas of what benchc writes and reads: the metrics file of a run."""
