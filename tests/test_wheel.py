@@ -41,6 +41,8 @@ def test_wheel_contains_grammar_schema_and_package(installed):
     names = set(zipfile.ZipFile(wheel).namelist())
     assert "benchc/grammar/bench.lark" in names
     assert "benchc/validate/bench.schema.json" in names
+    assert "benchc/schemas/metrics.schema.json" in names
+    assert {"benchc/templates/train.py.j2", "benchc/templates/launch.sh.j2"} <= names
     assert "benchc/cli.py" in names
 
 
@@ -61,3 +63,17 @@ def test_installed_benchc_checks_a_spec_copied_elsewhere(installed):
     where = subprocess.run([str(env_dir / "bin" / "python"), "-c", "import benchc; print(benchc.__file__)"],
                            cwd=elsewhere, capture_output=True, text=True)  # fmt: skip
     assert str(env_dir) in where.stdout
+
+
+def test_installed_benchc_compiles_without_torch(installed):
+    """The fresh venv has only benchc's own dependencies: no torch, yet compile works."""
+    root, env_dir = installed
+    elsewhere = root / "compile-here"
+    shutil.copytree(SPECS, elsewhere / "specs")
+    python = str(env_dir / "bin" / "python")
+    has_torch = subprocess.run([python, "-c", "import torch"], capture_output=True)
+    assert has_torch.returncode != 0
+    done = subprocess.run([str(env_dir / "bin" / "benchc"), "compile", "specs/sd3.bench", "-o", "out"],
+                          cwd=elsewhere, capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert (elsewhere / "out/sd3_mmdit_train/gaudi2/batch-16/bench.py").exists()

@@ -11,11 +11,12 @@ import jinja2
 from .literals import literal, string_literal
 
 
-@lru_cache(maxsize=1)
-def environment() -> jinja2.Environment:
-    root = resources.files("benchc.templates")
+@lru_cache(maxsize=4)
+def environment(root: str | None = None) -> jinja2.Environment:
+    """The environment over the shipped templates (or over `root`, for tests)."""
+    root = root or str(resources.files("benchc.templates"))
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(root)),
+        loader=jinja2.FileSystemLoader(root),
         undefined=jinja2.StrictUndefined,
         autoescape=False,  # we emit Python and shell, not HTML; values go through `py` / `sh`
         keep_trailing_newline=True,

@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 import json
 
+import jinja2
+
 from .. import __version__
 from ..diagnostics import Diagnostic
 from ..plan.types import MMDiTModel, Plan, TrainWorkload
@@ -117,7 +119,7 @@ def _hpu_mode(plan: Plan) -> dict:
     }
 
 
-def render_program(plan: Plan) -> str:
+def render_program(plan: Plan, env: jinja2.Environment | None = None) -> str:
     family = plan.target.family
     title = (
         f"{plan.experiment} on {plan.target.name}, point {plan.point}"
@@ -138,10 +140,10 @@ def render_program(plan: Plan) -> str:
         }[family],
         **_hpu_mode(plan),
     }
-    return environment().get_template("train.py.j2").render(context)
+    return (env or environment()).get_template("train.py.j2").render(context)
 
 
-def render_launcher(plan: Plan) -> str:
+def render_launcher(plan: Plan, env: jinja2.Environment | None = None) -> str:
     family = plan.target.family
     single = plan.target.launchers[0]
     how = {
@@ -161,7 +163,7 @@ def render_launcher(plan: Plan) -> str:
         "job_id": f"benchc-{plan.experiment}-{plan.target.name}-{plan.point}",
         **_hpu_mode(plan),
     }
-    return environment().get_template("launch.sh.j2").render(context)
+    return (env or environment()).get_template("launch.sh.j2").render(context)
 
 
 def sha256(text: str) -> str:
@@ -195,8 +197,8 @@ def render_manifest(plan: Plan, files: dict[str, str]) -> str:
     return json.dumps(manifest, indent=2, sort_keys=True) + "\n"
 
 
-def render_point(plan: Plan) -> dict[str, str]:
+def render_point(plan: Plan, env: jinja2.Environment | None = None) -> dict[str, str]:
     """All files of one build point, by name."""
-    files = {PROGRAM: render_program(plan), LAUNCHER: render_launcher(plan)}
+    files = {PROGRAM: render_program(plan, env), LAUNCHER: render_launcher(plan, env)}
     files[MANIFEST] = render_manifest(plan, files)
     return files

@@ -1,0 +1,147 @@
+"""benchc compile: build folders, determinism, manifests, format, golden programs, one core."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from codegen_helpers import core_text, s1_files
+
+from benchc.codegen.literals import literal, string_literal
+
+from conftest import GOLDEN, REPO, run_cli
+
+PROGRAMS = GOLDEN / "programs"
+UPDATE = os.environ.get("BENCHC_UPDATE_GOLDEN") == "1"
+
+
+def tree_bytes(root) -> dict:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_compile_s1_writes_two_points_for_three_targets_identically(tmp_path):
+    first, second = tmp_path / "a", tmp_path / "b"
+    result = run_cli("compile", "specs/sd3.bench", "-o", str(first), cwd=REPO)
+    assert result.code == 0, result.err
+    assert run_cli("compile", "specs/sd3.bench", "-o", str(second), cwd=REPO).code == 0
+    files = tree_bytes(first)
+    expected = {
+        f"sd3_mmdit_train/{t}/{p}/{f}"
+        for t in ("gaudi2", "h100", "a100")
+        for p in ("batch-16", "batch-32")
+        for f in ("bench.py", "launch.sh", "manifest.json")
+    }
+    assert set(files) == expected
+    assert files == tree_bytes(second)  # byte-identical
+    # compiling again over an existing build replaces it in place, same bytes
+    assert run_cli("compile", "specs/sd3.bench", "-o", str(first), cwd=REPO).code == 0
+    assert tree_bytes(first) == files
+    launcher = first / "sd3_mmdit_train/h100/batch-16/launch.sh"
+    assert os.access(launcher, os.X_OK)
+
+
+def test_manifest_is_versioned_and_hashes_every_file(tmp_path):
+    assert run_cli("compile", "specs/sd3.bench", "-t", "gaudi2", "-o", str(tmp_path), cwd=REPO).code == 0
+    point = tmp_path / "sd3_mmdit_train/gaudi2/batch-32"
+    manifest = json.loads((point / "manifest.json").read_text())
+    assert manifest["manifest_version"] == 1
+    assert manifest["compiler"]["name"] == "benchc"
+    spec = (REPO / "specs/sd3.bench").read_bytes()
+    assert manifest["spec"]["sha256"] == hashlib.sha256(spec).hexdigest()
+    assert [f["path"] for f in manifest["files"]] == ["bench.py", "launch.sh"]
+    for entry in manifest["files"]:
+        assert hashlib.sha256((point / entry["path"]).read_bytes()).hexdigest() == entry["sha256"]
+    assert manifest["plan"]["workload"]["micro_batch"] == 32
+    assert manifest["plan"]["target"]["name"] == "gaudi2"
+    assert manifest["run"]["single_node"] == "bash launch.sh"
+
+
+def test_compile_of_a_workload_not_generated_yet_is_a_clear_error(tmp_path):
+    result = run_cli("compile", "specs/beluga-train.bench", "-o", str(tmp_path), cwd=REPO)
+    assert result.code == 2
+    assert "generates programs for MMDiT training" in result.err and "Traceback" not in result.err
+    assert not any(tmp_path.iterdir())  # nothing half-written
+
+
+def test_compile_never_imports_torch(tmp_path):
+    code = (
+        "import sys; from benchc.cli import main; "
+        f"rc = main(['compile', 'specs/sd3.bench', '-o', {str(tmp_path)!r}]); "
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
+        "{'torch', 'diffusers', 'transformers', 'accelerate', 'numpy'}); "
+        "print('HEAVY', heavy); sys.exit(rc)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "HEAVY []" in proc.stdout
+
+
+@pytest.mark.parametrize("target", ["gaudi2", "h100", "a100"])
+def test_the_device_neutral_core_is_the_same_text_for_every_target(target):
+    cpu = core_text(s1_files("cpu", smoke=True)["bench.py"])
+    other = core_text(s1_files(target)["bench.py"])
+    assert other == cpu
+    assert "def train(" in cpu and "rectified_flow_loss" in cpu
+
+
+def _ruff(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "ruff", *args], cwd=cwd, capture_output=True, text=True)
+
+
+@pytest.mark.parametrize(
+    "target, smoke, overrides",
+    [
+        ("cpu", True, []),
+        ("gaudi2", False, []),
+        ("gaudi2", False, ["train.compile=true", "train.grad_clip=1.0"]),
+        ("h100", False, ["train.attention=xformers", "train.precision=fp16"]),
+        ("a100", False, ["parallel.sharding=fsdp", "parallel.activation_checkpointing=true"]),
+    ],
+)
+def test_generated_programs_are_formatted_and_lint_clean(tmp_path, target, smoke, overrides):
+    files = s1_files(target, smoke=smoke, overrides=overrides)
+    (tmp_path / "bench.py").write_text(files["bench.py"])
+    fmt = _ruff("format", "--isolated", "--check", "--diff", "bench.py", cwd=tmp_path)
+    assert fmt.returncode == 0, fmt.stdout + fmt.stderr
+    lint = _ruff(
+        "check", "--isolated", "--select", "E,F,W,I,B", "--ignore", "E501", "bench.py", cwd=tmp_path
+    )  # F821 (undefined name) and F401 (unused import) included
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+
+
+@pytest.mark.parametrize("name, target, smoke", [("gaudi2", "gaudi2", False), ("h100", "h100", False),
+                                                 ("cpu-smoke", "cpu", True)])  # fmt: skip
+def test_golden_s1_programs(name, target, smoke):
+    files = s1_files(target, smoke=smoke)
+    for file in ("bench.py", "launch.sh"):
+        golden = PROGRAMS / name / file
+        if UPDATE:
+            golden.parent.mkdir(parents=True, exist_ok=True)
+            golden.write_text(files[file])
+        assert files[file] == golden.read_text(), f"{name}/{file} differs from its golden file"
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["plain", 'with "double" quotes', "with 'single' quotes", "both ' and \"", "tab\tnew\nline",
+     '"""', "{{ x }} {% if %}", "__import__('os').system('x')", "\\", "é ü ∑ 🙂", "\x00\x1b"],
+)  # fmt: skip
+def test_string_literals_round_trip(value):
+    import ast
+
+    assert ast.literal_eval(string_literal(value)) == value
+
+
+def test_literals_of_nested_values_round_trip_and_refuse_other_types():
+    import ast
+
+    value = {"a": [1, 2.5, None, True], "b": {"c": "x", "d": []}, "e": -3, "f": 1e-05}
+    assert ast.literal_eval(literal(value)) == value
+    with pytest.raises(TypeError):
+        literal({"a": object()})
+    with pytest.raises(TypeError):
+        literal(float("nan"))

@@ -1,0 +1,116 @@
+"""The CUDA and Gaudi programs, which cannot run here, checked against the real libraries.
+
+See tests/static_checks.py for what the checks prove and what they do not.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from codegen_helpers import s1_files
+from diffusers import SD3Transformer2DModel
+from static_checks import check_program, keyword_names, returned_dict_keys
+
+from benchc.catalog.habana import HABANA_SYMBOLS, OPTIMUM_HABANA
+from benchc.codegen.environment import environment
+from benchc.codegen.programs import render_program
+from benchc.pipeline import plan_spec
+
+from conftest import SPECS
+
+VARIANTS = [
+    ("h100", []),
+    ("a100", ["train.attention=xformers"]),
+    ("h100", ["train.precision=fp16", "train.grad_clip=1.0", "parallel.sharding=fsdp"]),
+    ("gaudi2", []),
+    ("gaudi2", ["train.compile=true", "train.grad_clip=1.0", "parallel.activation_checkpointing=true"]),
+    ("gaudi3", ["train.attention=sdpa"]),
+]
+
+
+def _program(target, overrides):
+    return s1_files(target, overrides=overrides)["bench.py"]
+
+
+@pytest.mark.parametrize("target, overrides", VARIANTS)
+def test_calls_bind_to_the_installed_libraries(target, overrides):
+    report = check_program(_program(target, overrides))
+    assert report.problems == []
+    checked = set(report.checked)
+    must = {"diffusers.SD3Transformer2DModel", "torch.autocast", "torch.distributed.init_process_group",
+            "torch.nn.parallel.DistributedDataParallel", "torch.nn.functional.mse_loss"}  # fmt: skip
+    if target.startswith("gaudi"):
+        must.add("optimum.habana.diffusers.models.attention_processor.GaudiJointAttnProcessor2_0")
+    else:
+        must |= {"torch.cuda.synchronize", "torch.nn.attention.sdpa_kernel"}
+    assert must <= checked
+
+
+@pytest.mark.parametrize("target, overrides", VARIANTS)
+def test_keyword_arguments_passed_through_tables_and_dicts_exist(target, overrides):
+    program = _program(target, overrides)
+    namespace: dict = {}
+    plan_literal = re.search(r"^PLAN = (\{.*?^\})$", program, flags=re.M | re.S).group(1)
+    exec(compile(f"PLAN = {plan_literal}", "<plan>", "exec"), namespace)  # a literal only
+    config = namespace["PLAN"]["model"]["config"]
+    model_parameters = inspect.signature(SD3Transformer2DModel.__init__).parameters
+    assert set(config) <= set(model_parameters)
+    ddp_parameters = inspect.signature(torch.nn.parallel.DistributedDataParallel.__init__).parameters
+    assert returned_dict_keys(program, "ddp_options") <= set(ddp_parameters)
+    for name, optimizer in {"adamw": torch.optim.AdamW, "adam": torch.optim.Adam}.items():
+        optimizer_parameters = inspect.signature(optimizer.__init__).parameters
+        assert keyword_names(program, "optimizer", "TORCH_OPTIMIZERS[name]") <= set(optimizer_parameters), (
+            name
+        )
+    args = namespace["PLAN"]["train"]["optimizer"]["args"]
+    assert set(args) <= set(inspect.signature(torch.optim.AdamW.__init__).parameters)
+
+
+def test_habana_symbols_are_exactly_the_allow_list():
+    used = set()
+    for target, overrides in VARIANTS:
+        if target.startswith("gaudi"):
+            used |= check_program(_program(target, overrides)).habana_symbols
+    for target, overrides in VARIANTS:
+        if not target.startswith("gaudi"):
+            assert not check_program(_program(target, overrides)).habana_symbols
+    assert used == set(HABANA_SYMBOLS)
+
+
+def test_allow_list_references_are_true_of_optimum_habana():
+    import importlib.util
+
+    root = Path(next(iter(importlib.util.find_spec("optimum").submodule_search_locations))).parent
+    checked = 0
+    for symbol, reference in HABANA_SYMBOLS.items():
+        if not reference.startswith(OPTIMUM_HABANA):
+            continue
+        path = re.search(r"(optimum/habana/\S+\.py)", reference).group(1)
+        assert symbol.rsplit(".", 1)[-1] in (root / path).read_text(), (symbol, path)
+        checked += 1
+    assert checked >= 5
+
+
+def test_a_misspelled_keyword_in_a_template_is_caught(tmp_path):
+    """The checks can fail: a template with misspelled keyword arguments is rejected."""
+    broken = tmp_path / "templates"
+    shutil.copytree(Path(environment().loader.searchpath[0]), broken)
+    cuda = broken / "adapter_cuda.py.j2"
+    cuda.write_text(cuda.read_text().replace('device_type="cuda"', 'device_typ="cuda"'))
+    hpu = broken / "adapter_hpu.py.j2"
+    hpu.write_text(hpu.read_text().replace("is_training=training", "is_trainig=training"))
+    core = broken / "core_mmdit_train.py.j2"
+    core.write_text(core.read_text().replace("torch.randn_like(latents)", "torch.randn_alike(latents)"))
+
+    env = environment(str(broken))
+    for target, misspelt in [("h100", "device_typ"), ("gaudi2", "is_trainig"), ("cpu", "randn_alike")]:
+        (plan,) = plan_spec(SPECS / "sd3.bench", targets=[target], overrides=["train.batch=16"]).plans
+        report = check_program(render_program(plan, env))
+        assert any(misspelt in p for p in report.problems), (target, report.problems)
+        ast.parse(render_program(plan, env))  # still valid Python: only the checks catch it
