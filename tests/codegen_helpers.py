@@ -2,18 +2,31 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 from pathlib import Path
 
 from benchc.codegen.programs import render_point
 from benchc.pipeline import plan_spec
 
-from conftest import SPECS
+from conftest import REPO
 
-S1 = SPECS / "sd3.bench"
+S1 = Path("specs/sd3.bench")  # relative, as a user types it: the path is part of the output
+
+
+@contextlib.contextmanager
+def in_repo():
+    previous = os.getcwd()
+    os.chdir(REPO)
+    try:
+        yield
+    finally:
+        os.chdir(previous)
 
 
 def s1_files(target: str, smoke: bool = False, overrides=(), point: str = "batch-16") -> dict:
-    plans = plan_spec(S1, targets=[target], overrides=list(overrides), smoke=smoke).plans
+    with in_repo():
+        plans = plan_spec(S1, targets=[target], overrides=list(overrides), smoke=smoke).plans
     plan = next(p for p in plans if p.point == point) if len(plans) > 1 else plans[0]
     return render_point(plan)
 

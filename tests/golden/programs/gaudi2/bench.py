@@ -51,7 +51,7 @@ PLAN = {
         "train.batch": 16,
     },
     "smoke": False,
-    "spec": "/work/main/specs/sd3.bench",
+    "spec": "specs/sd3.bench",
     "spec_sha256": "dcdfd6cd0fa115f38ec114fa37072756b8b5c834ec3824ca76f8de3a79a071fb",
     "compiler": "benchc 0.1.0",
     "metrics_schema_version": 1,
