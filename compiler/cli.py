@@ -53,6 +53,10 @@ def _parser() -> argparse.ArgumentParser:
     _variant_options(compile_)
     compile_.add_argument("-o", "--out", default="build", metavar="DIR", help="build folder (default: build)")
 
+    from .commands_results import add_parsers
+
+    add_parsers(commands, _variant_options)
+
     targets = commands.add_parser("targets", help="list the known targets and their facts")
     targets.add_argument("--json", action="store_true", help="print the target table as JSON")
     return parser
@@ -168,7 +172,22 @@ def _targets(args) -> int:
     return EXIT_OK
 
 
-_COMMANDS = {"check": _check, "plan": _plan, "compile": _compile, "targets": _targets}
+def _results_command(name: str):
+    def command(args) -> int:
+        from . import commands_results
+
+        return getattr(commands_results, name)(args)
+
+    return command
+
+
+_COMMANDS = {
+    "check": _check,
+    "plan": _plan,
+    "compile": _compile,
+    "targets": _targets,
+    **{name: _results_command(name) for name in ("run", "runs", "show", "export", "ingest", "report")},
+}
 
 
 if __name__ == "__main__":

@@ -1,0 +1,286 @@
+"""CLI commands over runs and results: run, runs, show, export, ingest, report."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import platform
+import socket
+import sys
+from pathlib import Path
+
+from . import __version__
+from .codegen.programs import UNITS
+from .diagnostics import BenchError, error
+from .results.store import Store, new_id
+
+EXIT_OK, EXIT_RUN_FAILED, EXIT_USER, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def add_parsers(commands, variant_options) -> None:
+    run = commands.add_parser("run", help="compile if needed, run, measure and store results")
+    run.add_argument("spec", metavar="SPEC|BUILD_DIR")
+    variant_options(run)
+    run.add_argument("-o", "--out", default="build", metavar="DIR", help="build folder for a SPEC")
+    run.add_argument("--repeat", type=int, default=None, metavar="N", help="trials per point")
+    run.add_argument("--timeout", type=float, default=None, metavar="S", help="seconds per trial")
+    _db_option(run)
+
+    runs = commands.add_parser("runs", help="list stored runs")
+    runs.add_argument("--experiment", "-e")
+    runs.add_argument("--target", "-t")
+    runs.add_argument("--status", choices=("running", "ok", "failed", "timeout", "interrupted", "unknown"))
+    _db_option(runs)
+
+    show = commands.add_parser("show", help="one run in full")
+    show.add_argument("run_id", metavar="RUN")
+    _db_option(show)
+
+    export = commands.add_parser("export", help="all stored runs as JSON or CSV")
+    export.add_argument("--format", choices=("json", "csv"), default="json")
+    export.add_argument("--experiment", "-e")
+    export.add_argument("-o", "--output", metavar="FILE", help="default: standard output")
+    _db_option(export)
+
+    ingest = commands.add_parser("ingest", help="store metrics files written by runs elsewhere")
+    ingest.add_argument("files", nargs="+", metavar="METRICS.json")
+    _db_option(ingest)
+
+    report = commands.add_parser("report", help="targets side by side: a table and a bar chart")
+    report.add_argument("--experiment", "-e")
+    report.add_argument("--baseline", metavar="TARGET", help="ratios against this target")
+    report.add_argument("--format", choices=("md", "html"), default="md")
+    report.add_argument("-o", "--out", default="reports", metavar="DIR")
+    _db_option(report)
+
+
+def _db_option(parser) -> None:
+    parser.add_argument(
+        "--db", metavar="PATH", help="results store (default: $BENCHC_RESULTS or .benchc/results.db)"
+    )
+
+
+def _environment() -> dict:
+    return {"host": socket.gethostname(), "platform": platform.platform(),
+            "python": platform.python_version(), "benchc": __version__}  # fmt: skip
+
+
+# ---------------------------------------------------------------- run
+
+
+def run(args) -> int:
+    from .runner.execute import find_points
+
+    if args.repeat is not None and args.repeat < 1:
+        raise error("--repeat must be at least 1", None)
+    if args.timeout is not None and args.timeout <= 0:
+        raise error("--timeout must be a positive number of seconds", None)
+    target = Path(args.spec)
+    if target.is_dir():
+        if args.overrides or args.smoke:
+            raise error(f"'{target}' is a build folder: --set and --smoke apply when compiling a spec",
+                        None, hint="compile again with them, or run the spec itself")  # fmt: skip
+        points = find_points(target)
+        if args.target:
+            points = [p for p in points if p.manifest["target"] in args.target]
+    else:
+        from .codegen.build import compile_plans
+        from .pipeline import plan_spec
+
+        result = plan_spec(args.spec, args.target, args.overrides, args.smoke)
+        built = compile_plans(result.plans, Path(args.out))
+        points = [p for b in built for p in find_points(b.path)]
+    with Store(args.db) as store:
+        return _run_points(points, store, args)
+
+
+def _run_points(points, store: Store, args) -> int:
+    from .runner.execute import execute
+    from .runner.progress import Progress
+
+    tally: dict[str, int] = {}
+    for point in points:
+        plan = point.plan
+        repeat = args.repeat or plan.get("measure", {}).get("repeat", 1)
+        timeout = args.timeout or plan.get("measure", {}).get("timeout_s", 3600.0)
+        series = new_id()
+        workload = plan.get("workload", {})
+        for trial in range(1, repeat + 1):
+            manifest = point.manifest
+            run_id = new_id()
+            run_dir = point.path / "runs" / run_id
+            store.start(
+                run_id=run_id, experiment=manifest["experiment"], target=manifest["target"],
+                point=manifest["point"], point_values=plan.get("point_values", {}),
+                smoke=bool(manifest.get("smoke")), spec_path=manifest["spec"]["path"],
+                spec_sha256=manifest["spec"]["sha256"], build_path=str(point.path.resolve()),
+                log_path=str((run_dir / "log.txt").resolve()), environment=_environment(),
+                plan=plan, series=series, trial=trial,
+            )  # fmt: skip
+            label = f"{point.label} [{trial}/{repeat}]"
+            metric = plan.get("measure", {}).get("metric", "")
+            with Progress(label, workload.get("global_batch"), UNITS.get(metric, metric)) as progress:
+                outcome = execute(point, run_dir, timeout, progress.line)
+            store.finish(run_id, outcome.status, outcome.cause, outcome.metrics, outcome.log_tail)
+            tally[outcome.status] = tally.get(outcome.status, 0) + 1
+            _say(label, run_id, outcome)
+            if outcome.status == "interrupted":
+                print("benchc: interrupted; the remaining runs were not started", file=sys.stderr)
+                return EXIT_INTERRUPTED
+    summary = ", ".join(f"{n} {status}" for status, n in sorted(tally.items()))
+    print(f"{sum(tally.values())} run(s): {summary}; results in {store.path}")
+    return EXIT_OK if set(tally) <= {"ok"} else EXIT_RUN_FAILED
+
+
+def _say(label: str, run_id: str, outcome) -> None:
+    if outcome.status == "ok":
+        m = outcome.metrics
+        print(f"ok      {label}: {m['throughput']['job']:,.2f} {m['throughput']['unit']}, "
+              f"step median {m['step_time_s']['median'] * 1e3:.1f} ms  [run {run_id}]", flush=True)  # fmt: skip
+    else:
+        print(f"{outcome.status:7} {label}: {outcome.cause}  [run {run_id}]", flush=True)
+        if outcome.log_tail:
+            tail = "\n".join("    " + line for line in outcome.log_tail.splitlines()[-8:])
+            print(tail, flush=True)
+
+
+# ---------------------------------------------------------------- runs, show, export
+
+
+def runs(args) -> int:
+    with Store(args.db) as store:
+        records = store.runs(args.experiment, args.target, args.status)
+    if not records:
+        print("no runs stored" + (" that match" if (args.experiment or args.target or args.status) else ""))
+        return EXIT_OK
+    header = ("run", "started (UTC)", "experiment", "target", "point", "trial", "status", "result")
+    rows = [header]
+    for r in records:
+        if r.status == "ok" and r.metrics:
+            result = f"{r.metrics['throughput']['job']:,.2f} {r.metrics['throughput']['unit']}"
+        else:
+            result = (r.cause or "")[:60]
+        point = r.point + (" (smoke)" if r.smoke else "")
+        rows.append((r.id, r.started_at[:19].replace("T", " "), r.experiment, r.target, point,
+                     str(r.trial), r.status, result))  # fmt: skip
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    for row in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+    return EXIT_OK
+
+
+def show(args) -> int:
+    with Store(args.db) as store:
+        record = store.get(args.run_id)
+    if record is None:
+        raise error(f"no run '{args.run_id}' in the results store", None, hint="`benchc runs` lists them")
+    print(json.dumps(record.to_dict(), indent=2, sort_keys=True))
+    return EXIT_OK
+
+
+CSV_COLUMNS = ("id", "experiment", "target", "point", "smoke", "trial", "status", "cause",
+               "throughput", "unit", "per_device", "step_median_s", "step_p90_s",
+               "peak_memory_bytes", "mfu", "world_size", "started_at", "ended_at", "spec_sha256")  # fmt: skip
+
+
+def export(args) -> int:
+    with Store(args.db) as store:
+        records = store.runs(args.experiment)
+    if args.format == "json":
+        text = json.dumps([r.to_dict() for r in records], indent=2, sort_keys=True) + "\n"
+    else:
+        buffer = io.StringIO()
+        writer = csv.writer(buffer)
+        writer.writerow(CSV_COLUMNS)
+        for r in records:
+            m = r.metrics or {}
+            t, s = m.get("throughput") or {}, m.get("step_time_s") or {}
+            writer.writerow([r.id, r.experiment, r.target, r.point, int(r.smoke), r.trial, r.status,
+                             r.cause or "", t.get("job", ""), t.get("unit", ""), t.get("per_device", ""),
+                             s.get("median", ""), s.get("p90", ""), m.get("peak_memory_bytes", ""),
+                             (m.get("flops") or {}).get("mfu", ""), m.get("world_size", ""),
+                             r.started_at, r.ended_at or "", r.spec_sha256 or ""])  # fmt: skip
+        text = buffer.getvalue()
+    if args.output:
+        Path(args.output).write_text(text)
+        print(f"wrote {len(records)} run(s) to {args.output}")
+    else:
+        sys.stdout.write(text)
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------- ingest
+
+
+def ingest(args) -> int:
+    from .results.metrics import load_metrics
+
+    loaded, problems = [], []
+    for name in args.files:
+        try:
+            loaded.append((Path(name), load_metrics(Path(name))))
+        except BenchError as exc:
+            problems.extend(exc.diagnostics)
+    if problems:
+        raise BenchError(problems)  # all or nothing: no file is stored when one is bad
+    with Store(args.db) as store:
+        for path, metrics in loaded:
+            manifest = _manifest_near(path)
+            plan = manifest.get("plan") if manifest else None
+            run_id = store.start(
+                experiment=metrics["experiment"], target=metrics["target"], point=metrics["point"],
+                point_values=metrics.get("point_values") or {}, smoke=metrics["smoke"],
+                spec_path=(manifest or {}).get("spec", {}).get("path"), spec_sha256=metrics["spec_sha256"],
+                build_path=str(path.parent.resolve()), log_path=None,
+                environment={"host": metrics.get("host"), "ingested_from": str(path.resolve())},
+                plan=plan, series=new_id(), trial=1, source="ingest", status="running",
+            )  # fmt: skip
+            status = metrics["status"] if metrics["status"] in ("ok", "failed", "interrupted") else "failed"
+            error_info = metrics.get("error") or {}
+            cause = f"{error_info.get('type')}: {error_info.get('message')}" if error_info else None
+            store.finish(run_id, status, cause, metrics)
+            print(f"ingested {path}: {metrics['experiment']} / {metrics['target']} / {metrics['point']} "
+                  f"({status})  [run {run_id}]")  # fmt: skip
+    return EXIT_OK
+
+
+def _manifest_near(path: Path) -> dict | None:
+    """The build manifest of a metrics file: beside it, or two folders up (runs/<id>/)."""
+    for folder in (path.parent, path.parent.parent.parent):
+        candidate = folder / "manifest.json"
+        if candidate.exists():
+            try:
+                return json.loads(candidate.read_text())
+            except (OSError, json.JSONDecodeError):
+                return None
+    return None
+
+
+# ---------------------------------------------------------------- report
+
+
+def report(args) -> int:
+    from .report.collect import sections
+    from .report.plot import bar_chart
+    from .report.render import _key, html_page, markdown
+
+    with Store(args.db) as store:
+        records = store.runs(args.experiment)
+    if not records:
+        raise error("no runs to report" + (f" for experiment '{args.experiment}'" if args.experiment else ""),
+                    None, hint="run something first: benchc run SPEC --smoke")  # fmt: skip
+    found = sections(records, args.baseline)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    charts = {}
+    for section in found:
+        if section.rows:
+            name = f"{_key(section)}.png"
+            bar_chart(section, out / name)
+            charts[_key(section)] = name
+    name = (args.experiment or "report") + (".md" if args.format == "md" else ".html")
+    page = markdown(found, charts) if args.format == "md" else html_page(found, charts)
+    (out / name).write_text(page)
+    print(f"wrote {out / name}" + "".join(f"\nwrote {out / c}" for c in charts.values()))
+    return EXIT_OK

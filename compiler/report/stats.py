@@ -1,0 +1,48 @@
+"""Summary statistics for repeated trials: median, a 95% confidence interval, noise."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+NOISY_CV = 0.05  # a coefficient of variation above 5% marks a point as noisy
+
+# Two-sided 95% quantiles of Student's t by degrees of freedom; beyond the table, 1.96.
+_T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
+        9: 2.262, 10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120,
+        17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086, 25: 2.060, 30: 2.042, 40: 2.021, 60: 2.000,
+        120: 1.980}  # fmt: skip
+
+
+def t95(df: int) -> float:
+    if df in _T95:
+        return _T95[df]
+    larger = [k for k in _T95 if k > df]
+    return _T95[min(larger)] if larger else 1.960  # the next tabulated df is conservative
+
+
+@dataclass(frozen=True)
+class Summary:
+    n: int
+    median: float
+    mean: float
+    ci_low: float | None  # 95% confidence interval of the mean (t), None for one trial
+    ci_high: float | None
+    cv: float | None  # coefficient of variation (stdev / mean)
+
+    @property
+    def noisy(self) -> bool:
+        return self.cv is not None and self.cv > NOISY_CV
+
+
+def summarize(values: list[float]) -> Summary:
+    if not values:
+        raise ValueError("no values")
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return Summary(1, values[0], mean, None, None, None)
+    stdev = statistics.stdev(values)
+    half = t95(len(values) - 1) * stdev / math.sqrt(len(values))
+    cv = stdev / mean if mean else None
+    return Summary(len(values), statistics.median(values), mean, mean - half, mean + half, cv)

@@ -1,0 +1,1 @@
+"""Results: the SQLite store of runs and the metrics files programs write."""

@@ -1,0 +1,252 @@
+"""The results store: one SQLite database of runs, WAL mode, a versioned schema with migrations.
+
+Location: --db PATH, else $BENCHC_RESULTS, else .benchc/results.db under the working directory.
+Several benchc processes may write at once (WAL plus a busy timeout). A run is inserted as
+"running" when it starts and finished when it ends; a run whose benchc process died without
+finishing it (killed with SIGKILL, a lost machine) is shown as "unknown" afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sqlite3
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from ..diagnostics import error
+
+DEFAULT_PATH = Path(".benchc") / "results.db"
+ENVIRONMENT_VARIABLE = "BENCHC_RESULTS"
+STATUSES = ("running", "ok", "failed", "timeout", "interrupted", "unknown")
+
+# Each migration takes the database from version i to i + 1. Never edit one that has shipped.
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE runs (
+        id            TEXT PRIMARY KEY,
+        experiment    TEXT NOT NULL,
+        target        TEXT NOT NULL,
+        point         TEXT NOT NULL,
+        point_values  TEXT NOT NULL,   -- JSON object
+        smoke         INTEGER NOT NULL,
+        spec_path     TEXT,
+        spec_sha256   TEXT,
+        build_path    TEXT,
+        log_path      TEXT,
+        status        TEXT NOT NULL,
+        cause         TEXT,
+        log_tail      TEXT,
+        metrics       TEXT,            -- JSON, the program's metrics file
+        environment   TEXT NOT NULL,   -- JSON: host, platform, benchc version
+        plan          TEXT,            -- JSON, the resolved plan from the manifest
+        series        TEXT NOT NULL,   -- the trials of one `run --repeat N` share it
+        trial         INTEGER NOT NULL,
+        source        TEXT NOT NULL,   -- run | ingest
+        runner_pid    INTEGER,
+        runner_host   TEXT,
+        started_at    TEXT NOT NULL,   -- ISO 8601, UTC
+        ended_at      TEXT
+    );
+    CREATE INDEX runs_by_point ON runs (experiment, target, point);
+    CREATE INDEX runs_by_start ON runs (started_at);
+    """,
+)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def default_path() -> Path:
+    return Path(os.environ.get(ENVIRONMENT_VARIABLE) or DEFAULT_PATH)
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    id: str
+    experiment: str
+    target: str
+    point: str
+    point_values: dict
+    smoke: bool
+    spec_path: str | None
+    spec_sha256: str | None
+    build_path: str | None
+    log_path: str | None
+    status: str
+    cause: str | None
+    log_tail: str | None
+    metrics: dict | None
+    environment: dict
+    plan: dict | None
+    series: str
+    trial: int
+    source: str
+    started_at: str
+    ended_at: str | None
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+_JSON_COLUMNS = ("point_values", "metrics", "environment", "plan")
+
+
+class Store:
+    def __init__(self, path: Path | str | None = None):
+        self.path = Path(path) if path else default_path()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        except (OSError, sqlite3.Error) as exc:
+            raise error(f"cannot open the results store {self.path}: {exc}", None) from None
+        self._db.row_factory = sqlite3.Row
+        try:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA busy_timeout=30000")
+            self._migrate()
+        except sqlite3.DatabaseError as exc:
+            raise error(
+                f"{self.path} is not a benchc results store ({exc})",
+                None,
+                hint="point --db (or BENCHC_RESULTS) at another file",
+            ) from None
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._db
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    def _migrate(self) -> None:
+        with self._transaction() as db:
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise sqlite3.DatabaseError(
+                    f"schema version {version} is newer than this benchc knows ({SCHEMA_VERSION})"
+                )
+            for script in MIGRATIONS[version:]:
+                for statement in script.split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    @property
+    def schema_version(self) -> int:
+        return self._db.execute("PRAGMA user_version").fetchone()[0]
+
+    # -- writing
+
+    def start(self, *, experiment: str, target: str, point: str, point_values: dict, smoke: bool,
+              spec_path: str | None, spec_sha256: str | None, build_path: str | None,
+              log_path: str | None, environment: dict, plan: dict | None, series: str,
+              trial: int, source: str = "run", status: str = "running",
+              run_id: str | None = None) -> str:  # fmt: skip
+        run_id = run_id or new_id()
+        with self._transaction() as db:
+            db.execute(
+                "INSERT INTO runs (id, experiment, target, point, point_values, smoke, spec_path,"
+                " spec_sha256, build_path, log_path, status, environment, plan, series, trial,"
+                " source, runner_pid, runner_host, started_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (run_id, experiment, target, point, json.dumps(point_values), int(smoke),
+                 spec_path, spec_sha256, build_path, log_path, status, json.dumps(environment),
+                 json.dumps(plan) if plan is not None else None, series, trial, source,
+                 os.getpid(), socket.gethostname(), now()),
+            )  # fmt: skip
+        return run_id
+
+    def finish(self, run_id: str, status: str, cause: str | None, metrics: dict | None,
+               log_tail: str | None = None, ended_at: str | None = None) -> None:  # fmt: skip
+        if status not in STATUSES:
+            raise ValueError(status)
+        with self._transaction() as db:
+            db.execute(
+                "UPDATE runs SET status = ?, cause = ?, metrics = ?, log_tail = ?, ended_at = ?"
+                " WHERE id = ?",
+                (status, cause, json.dumps(metrics) if metrics is not None else None, log_tail,
+                 ended_at or now(), run_id),
+            )  # fmt: skip
+
+    # -- reading
+
+    def _reconcile(self) -> None:
+        """Runs left 'running' by a benchc process of this host that no longer exists."""
+        host = socket.gethostname()
+        rows = self._db.execute(
+            "SELECT id, runner_pid FROM runs WHERE status = 'running' AND runner_host = ?", (host,)
+        ).fetchall()
+        for row in rows:
+            if row["runner_pid"] and not _alive(row["runner_pid"]):
+                with self._transaction() as db:
+                    db.execute(
+                        "UPDATE runs SET status = 'unknown', cause = ? WHERE id = ? AND status = 'running'",
+                        ("the benchc process running it ended without recording a result "
+                         "(killed, or the machine went down)", row["id"]),
+                    )  # fmt: skip
+
+    def runs(self, experiment: str | None = None, target: str | None = None,
+             status: str | None = None, smoke: bool | None = None) -> list[RunRecord]:  # fmt: skip
+        self._reconcile()
+        clauses, values = [], []
+        for column, value in (("experiment", experiment), ("target", target), ("status", status)):
+            if value is not None:
+                clauses.append(f"{column} = ?")
+                values.append(value)
+        if smoke is not None:
+            clauses.append("smoke = ?")
+            values.append(int(smoke))
+        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+        rows = self._db.execute(f"SELECT * FROM runs{where} ORDER BY started_at, id", values)
+        return [_record(row) for row in rows.fetchall()]
+
+    def get(self, run_id: str) -> RunRecord | None:
+        self._reconcile()
+        rows = self._db.execute("SELECT * FROM runs WHERE id LIKE ? ORDER BY started_at", (run_id + "%",))
+        found = rows.fetchall()
+        if len(found) > 1:
+            raise error(f"run id '{run_id}' is ambiguous: {len(found)} runs start with it", None,
+                        hint="give more characters of the id")  # fmt: skip
+        return _record(found[0]) if found else None
+
+
+def _record(row: sqlite3.Row) -> RunRecord:
+    data = {key: row[key] for key in row.keys() if key not in ("runner_pid", "runner_host")}
+    for column in _JSON_COLUMNS:
+        data[column] = json.loads(data[column]) if data[column] is not None else None
+    data["smoke"] = bool(data["smoke"])
+    return RunRecord(**data)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

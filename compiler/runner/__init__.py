@@ -1,0 +1,1 @@
+"""Running build points: launching, watching, timing out, recording."""
