@@ -136,8 +136,9 @@ def _run_points(points, store: Store, args) -> int:
 def _say(label: str, run_id: str, outcome) -> None:
     if outcome.status == "ok":
         m = outcome.metrics
-        print(f"ok      {label}: {m['throughput']['job']:,.2f} {m['throughput']['unit']}, "
-              f"step median {m['step_time_s']['median'] * 1e3:.1f} ms  [run {run_id}]", flush=True)  # fmt: skip
+        step_ms = m["step_time_s"]["median"] * 1e3
+        rate = f"{m['throughput']['job']:,.2f} {m['throughput']['unit']}"
+        print(f"ok      {label}: {rate}, step median {step_ms:.1f} ms  [run {run_id}]", flush=True)
     else:
         print(f"{outcome.status:7} {label}: {outcome.cause}  [run {run_id}]", flush=True)
         if outcome.log_tail:

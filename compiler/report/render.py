@@ -100,8 +100,9 @@ def html_page(sections: list[Section], chart_names: dict[str, str]) -> str:
             if chart:
                 out.append(f"<p><img src='{html.escape(chart)}' alt='{html.escape(section.experiment)}'></p>")
         for run in section.failed:
-            out.append(f"<p>run {html.escape(run.id)} ({html.escape(run.target)} / {html.escape(run.point)}): "
-                       f"<b>{html.escape(run.status)}</b>: {html.escape(run.cause or '')}</p>")  # fmt: skip
+            where = html.escape(f"{run.id} ({run.target} / {run.point})")
+            what = f"<b>{html.escape(run.status)}</b>: {html.escape(run.cause or '')}"
+            out.append(f"<p>run {where}: {what}</p>")
     out.append(f"<p>{html.escape(NOTES)}</p>")
     return "\n".join(out) + "\n"
 
