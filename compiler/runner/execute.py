@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -169,4 +170,10 @@ def failure_cause(metrics: dict | None, run_dir: Path, returncode: int | None, l
         return f"out of memory (exit code {returncode}); see the log"
     if returncode in (-9, 137):
         return "killed by SIGKILL (out of host memory?) before writing metrics"
+    raised = [line.strip() for line in log_tail.splitlines() if _EXCEPTION_LINE.match(line.strip())]
+    if raised:  # the last line of a Python traceback names the exception
+        return f"crashed with {raised[-1]} (exit code {returncode}, no metrics written)"
     return f"exited with code {returncode} without writing metrics; see the log"
+
+
+_EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception|Interrupt)):\s")

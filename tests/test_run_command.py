@@ -1,0 +1,212 @@
+"""benchc run, the results store, and how every kind of ending is recorded."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from scripted_points import ok_metrics_body, scripted_point
+
+from benchc.results.store import Store
+
+from conftest import REPO, run_benchc
+
+
+def benchc(*args, db: Path, cwd: Path = REPO, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "benchc", *args, "--db", str(db)], cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+
+
+def start_benchc(*args, db: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "benchc", *args, "--db", str(db)], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+
+
+def wait_for(predicate, seconds: float = 60.0) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError("timed out waiting")
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def only_run(db: Path):
+    with Store(db) as store:
+        (record,) = store.runs()
+    return record
+
+
+def test_program_raising_mid_run_is_recorded_with_its_exception(tmp_path):
+    point = scripted_point(tmp_path, "step(1)\nstep(2)\nraise RuntimeError('rank 1 lost its device')\n")
+    result = benchc("run", str(point), db=tmp_path / "r.db")
+    assert result.returncode == 1, result.stdout + result.stderr
+    record = only_run(tmp_path / "r.db")
+    assert record.status == "failed"
+    assert "RuntimeError: rank 1 lost its device" in record.cause
+    assert "step 2/5" in record.log_tail and Path(record.log_path).exists()
+
+
+def test_nan_loss_in_the_real_program_is_recorded_as_failed(tmp_path):
+    db = tmp_path / "r.db"
+    result = benchc("run", "specs/sd3.bench", "--smoke", "-o", str(tmp_path / "build"),
+                    "--set", "train.batch=16", "--set", "train.optimizer=sgd(lr = 1e30)",
+                    "--set", "train.precision=fp32", db=db)  # fmt: skip
+    assert result.returncode == 1
+    record = only_run(db)
+    assert record.status == "failed" and record.cause.startswith("non-finite loss on rank")
+    assert record.metrics["status"] == "failed"
+
+
+def test_a_crashing_real_program_names_the_rank_and_error(tmp_path):
+    db = tmp_path / "r.db"
+    sets = ["cluster.nodes=1", "cluster.devices_per_node=2", "parallel.data=2", "train.batch=16",
+            'model.mmdit.weights="/nonexistent/sd3-weights"']  # fmt: skip
+    args = [a for s in sets for a in ("--set", s)]
+    result = benchc("run", "specs/sd3.bench", "--target", "cpu", "-o", str(tmp_path / "b"), *args, db=db)
+    assert result.returncode == 1
+    record = only_run(db)
+    assert record.status == "failed" and "rank 0 raised" in record.cause
+    assert "sd3-weights" in record.cause
+
+
+def test_timeout_stops_the_whole_process_group(tmp_path):
+    point = scripted_point(tmp_path, "step(1)\ntime.sleep(120)\n")
+    started = time.monotonic()
+    result = benchc("run", str(point), "--timeout", "2", db=tmp_path / "r.db")
+    assert time.monotonic() - started < 30
+    assert result.returncode == 1
+    record = only_run(tmp_path / "r.db")
+    assert record.status == "timeout" and "2 s" in record.cause
+    pid = int((Path(record.log_path).parent / "pid").read_text())
+    assert not alive(pid)
+
+
+def test_sigint_interrupts_cleanly_and_is_recorded(tmp_path):
+    point = scripted_point(tmp_path, "step(1)\ntime.sleep(120)\n")
+    db = tmp_path / "r.db"
+    runner = start_benchc("run", str(point), db=db)
+    wait_for(lambda: db.exists() and Store(db).runs() and Path(Store(db).runs()[0].log_path).exists()
+             and "step 1/5" in Path(Store(db).runs()[0].log_path).read_text())  # fmt: skip
+    runner.send_signal(signal.SIGINT)
+    output, _ = runner.communicate(timeout=60)
+    assert runner.returncode == 130, output
+    record = only_run(db)
+    assert record.status == "interrupted" and "Ctrl-C" in record.cause
+    assert not alive(int((Path(record.log_path).parent / "pid").read_text()))
+
+
+def test_two_runs_write_to_the_store_at_once(tmp_path):
+    db = tmp_path / "r.db"
+    first = scripted_point(tmp_path, ok_metrics_body(100.0), name="one")
+    second = scripted_point(tmp_path, ok_metrics_body(200.0), name="two")
+    runners = [start_benchc("run", str(p), "--repeat", "3", db=db) for p in (first, second)]
+    for runner in runners:
+        output, _ = runner.communicate(timeout=120)
+        assert runner.returncode == 0, output
+    with Store(db) as store:
+        records = store.runs()
+    assert len(records) == 6 and {r.status for r in records} == {"ok"}
+    assert sorted({r.metrics["throughput"]["job"] for r in records}) == [100.0, 200.0]
+    check = sqlite3.connect(db).execute("PRAGMA integrity_check").fetchone()[0]
+    assert check == "ok"
+
+
+def test_a_killed_runner_leaves_a_readable_store_and_an_unknown_run(tmp_path):
+    point = scripted_point(tmp_path, "step(1)\ntime.sleep(120)\n")
+    db = tmp_path / "r.db"
+    runner = start_benchc("run", str(point), db=db)
+    wait_for(
+        lambda: (
+            db.exists() and Store(db).runs() and (Path(Store(db).runs()[0].log_path).parent / "pid").exists()
+        )
+    )
+    program_pid = int((Path(Store(db).runs()[0].log_path).parent / "pid").read_text())
+    runner.kill()  # SIGKILL: benchc gets no chance to record anything
+    runner.wait(timeout=30)
+    os.kill(program_pid, signal.SIGKILL)  # it was in its own session; clean it up
+    listing = benchc("runs", db=db)
+    assert listing.returncode == 0
+    record = only_run(db)
+    assert record.status == "unknown" and "ended without recording" in record.cause
+    assert "unknown" in listing.stdout
+
+
+def test_ingest_metrics_from_another_build(tmp_path):
+    point = scripted_point(tmp_path, ok_metrics_body(321.0))
+    assert benchc("run", str(point), db=tmp_path / "elsewhere.db").returncode == 0
+    (metrics_file,) = point.glob("runs/*/metrics.json")
+    db = tmp_path / "here.db"
+    result = benchc("ingest", str(metrics_file), db=db)
+    assert result.returncode == 0, result.stderr
+    record = only_run(db)
+    assert record.source == "ingest" and record.status == "ok"
+    assert record.metrics["throughput"]["job"] == 321.0
+    assert record.plan["experiment"] == "sd3_mmdit_train"  # the manifest beside it was found
+
+
+def test_ingest_refuses_what_is_not_a_metrics_file(tmp_path):
+    db = tmp_path / "r.db"
+    (tmp_path / "plan.json").write_text(json.dumps({"plans": []}))
+    (tmp_path / "broken.json").write_text('{"schema": "benchc-metrics",\n  "status": }')
+    (tmp_path / "partial.json").write_text(json.dumps({"schema": "benchc-metrics", "status": "ok"}))
+    for name, words in [("plan.json", "not a benchc metrics file"), ("broken.json", "is not JSON"),
+                        ("partial.json", "does not match the benchc metrics schema"),
+                        ("missing.json", "no such file")]:  # fmt: skip
+        result = benchc("ingest", str(tmp_path / name), db=db)
+        assert result.returncode == 2 and words in result.stderr, (name, result.stderr)
+        assert "Traceback" not in result.stderr
+    assert "broken.json:2:13: error" in benchc("ingest", str(tmp_path / "broken.json"), db=db).stderr
+    assert Store(db).runs() == []
+
+
+def test_show_and_export(tmp_path):
+    db = tmp_path / "r.db"
+    point = scripted_point(tmp_path, ok_metrics_body(150.0))
+    assert benchc("run", str(point), "--repeat", "2", db=db).returncode == 0
+    records = Store(db).runs()
+    shown = json.loads(benchc("show", records[0].id[:6], db=db).stdout)
+    assert shown["id"] == records[0].id and shown["metrics"]["throughput"]["job"] == 150.0
+    assert benchc("show", "nope", db=db).returncode == 2
+    exported = json.loads(benchc("export", "--format", "json", db=db).stdout)
+    assert [r["id"] for r in exported] == [r.id for r in records]
+    rows = benchc("export", "--format", "csv", db=db).stdout.splitlines()
+    assert rows[0].startswith("id,experiment,target") and len(rows) == 3
+    assert ",150.0,images/s," in rows[1]
+
+
+def test_store_versions_and_bad_files(tmp_path):
+    db = tmp_path / "r.db"
+    with Store(db) as store:
+        assert store.schema_version == 1
+    with Store(db) as store:  # opening again migrates nothing
+        assert store.schema_version == 1
+    newer = tmp_path / "newer.db"
+    sqlite3.connect(newer).execute("PRAGMA user_version = 99").connection.commit()
+    result = run_benchc("runs", "--db", str(newer))
+    assert result.code == 2 and "newer than this benchc knows" in result.err
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"this is not a database" * 100)
+    result = run_benchc("runs", "--db", str(junk))
+    assert result.code == 2 and "not a benchc results store" in result.err
+
+
+@pytest.mark.parametrize("bad", [["--repeat", "0"], ["--timeout", "-1"]])
+def test_run_option_errors(tmp_path, bad):
+    result = benchc("run", "specs/sd3.bench", "--smoke", *bad, db=tmp_path / "r.db")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
