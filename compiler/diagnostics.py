@@ -18,14 +18,18 @@ class Source:
     name: str  # what we print: the path as the user wrote it, or "<--set 1>"
     text: str = field(repr=False, compare=False)
 
+    def lines(self) -> list[str]:
+        """Lines as the parser counts them: split at '\n' only (not at form feeds etc.)."""
+        return [line.removesuffix("\r") for line in self.text.split("\n")]
+
     def line_text(self, line: int) -> str:
-        lines = self.text.splitlines()
+        lines = self.lines()
         return lines[line - 1] if 0 < line <= len(lines) else ""
 
     @property
     def last_position(self) -> tuple[int, int]:
         """(line, column) just after the last non-blank character; (1, 1) for an empty text."""
-        lines = self.text.splitlines()
+        lines = self.lines()
         for index in range(len(lines) - 1, -1, -1):
             stripped = lines[index].rstrip()
             if stripped:
@@ -143,8 +147,9 @@ def _excerpt(span: Span) -> list[str]:
     shown = text
     if len(shown) > _MAX_SHOWN_LINE:  # keep the caret visible on very long lines
         cut = max(0, start - 40)
-        shown = "..." + shown[cut : cut + _MAX_SHOWN_LINE] + "..."
-        start = start - cut + 3
+        prefix = "..." if cut else ""
+        shown = prefix + shown[cut : cut + _MAX_SHOWN_LINE] + "..."
+        start = start - cut + len(prefix)
         width = min(width, _MAX_SHOWN_LINE)
     return [
         f"{pad} |",

@@ -75,8 +75,20 @@ def plan_spec(
     problems += check_names(document)
     if problems:
         raise BenchError(problems)
+    set_targets = [o for o in parsed if o.path == ("targets",)]
+    if set_targets:  # --set targets=[...] replaces the spec's list
+        listed = set_targets[-1].value
+        problems = [
+            Diagnostic(f"unknown target '{name}'", item.span,
+                       hint=choices_hint(str(name), TARGETS, "known targets"))
+            for name, item in zip(listed, set_targets[-1].node.items)
+            if name not in TARGETS
+        ]  # fmt: skip
+        if problems:
+            raise BenchError(problems)
     if not chosen:
-        chosen = ["cpu"] if smoke else list(document.get(("targets",)))
+        spec_targets = set_targets[-1].value if set_targets else document.get(("targets",))
+        chosen = ["cpu"] if smoke else list(spec_targets)
     plans = []
     for variant in expand(document, chosen, parsed):
         settings = variant.settings
@@ -90,7 +102,8 @@ def plan_spec(
             plan = build(resolved, variant, target, False, tuple(overrides))
             found = check_plan(plan, resolved)
             if smoke and not found:
-                resolved = shrink(resolved)
+                accum = getattr(plan.workload, "grad_accum", 1)
+                resolved = shrink(resolved, real_grad_accum=accum)
                 plan = build(resolved, variant, target, True, tuple(overrides))
                 found = check_plan(plan, resolved)
         except BenchError as exc:

@@ -106,3 +106,10 @@ def test_missing_file_is_a_user_error(tmp_path):
         load_document(tmp_path / "nope.bench")
     with pytest.raises(BenchError, match="is a directory"):
         load_document(tmp_path)
+
+
+def test_the_including_files_value_beats_an_included_sweep(write):
+    write("base.bench", "sweep train.batch = [16, 32]\nsweep train.steps = [10, 20]\n")
+    doc = load_document(write("spec.bench", 'include "base.bench"\nexperiment e { train.batch = 8 }\n'))
+    assert doc.values["train"]["batch"] == 8
+    assert list(doc.sweeps) == [("train", "steps")]

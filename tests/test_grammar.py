@@ -131,3 +131,8 @@ def test_end_of_file_error_points_at_last_line():
         parse("experiment e {\n  train { batch = 1 }\n\n\n")
     span = caught.value.diagnostics[0].span
     assert (span.line, span.column) == (2, 22)
+
+
+def test_excerpts_count_lines_as_the_parser_does():
+    source = Source("t.bench", "a = 1\f\r\nb = 2\u2028c\r\nd = 3\n")
+    assert source.line_text(2) == "b = 2\u2028c" and source.line_text(3) == "d = 3"

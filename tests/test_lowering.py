@@ -191,3 +191,41 @@ def test_sd3_infer_is_the_whole_pipeline():
     w = plan.workload
     assert (w.resolution, w.latent_size, w.image_tokens, w.denoising_steps) == (1024, 128, 4096, 30)
     assert w.classifier_free_guidance is True
+
+
+def test_a_preset_with_another_depth_keeps_the_caption_projection_consistent(plan_text):
+    text = BASE.format(extra="").replace('preset = "sd3-medium"', 'preset = "sd3-large"; depth = 12')
+    model = plan_text(text)[0].model
+    assert model.caption_projection_dim == model.hidden == 768
+
+
+def test_smoke_keeps_an_accumulation_derived_from_global_batch(plan_text):
+    text = BASE.format(extra="").replace("train { batch = 16 }", "train { batch = 16; global_batch = 512 }")
+    (full, _) = plan_text(text)
+    assert full.workload.grad_accum == 2
+    (smoke,) = plan_text(text, targets=["cpu"], smoke=True)
+    assert smoke.workload.grad_accum == 2
+
+
+def test_reference_where_matches_defaults_and_smoke_plans_carry_none(plan_text):
+    extra = 'reference "r" { target = h100; value = 1; unit = "images/s"; where { train.precision = bf16 } }'
+    plans = plan_text(BASE.format(extra=extra))
+    assert [r.label for p in plans if p.target.name == "h100" for r in p.references] == ["r"]
+    assert all(not p.references for p in plan_text(BASE.format(extra=extra), targets=["h100"], smoke=True))
+
+
+def test_an_optimizer_call_without_lr_gets_the_documented_default(plan_text):
+    text = BASE.format(extra="").replace("train { batch = 16 }", "train { batch = 16; optimizer = adamw() }")
+    assert plan_text(text)[0].workload.optimizer.args == {"lr": 1e-4}
+
+
+def test_a_set_that_creates_a_block_is_located_in_the_argument(plan_text):
+    with pytest.raises(BenchError) as caught:
+        plan_text(BASE.format(extra=""), overrides=["x.y=1"])
+    (d,) = caught.value.diagnostics
+    assert d.span.source.name == "--set[1]" and d.message == "unknown key 'x'"
+
+
+def test_set_targets_replaces_the_list(plan_text):
+    plans = plan_text(BASE.format(extra=""), overrides=["targets=[a100]"])
+    assert {p.target.name for p in plans} == {"a100"}

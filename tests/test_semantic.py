@@ -128,6 +128,12 @@ CASES = [
         "write attention = fused (FusedSDPA)",
     ),
     (
+        "no separate eager attention on Gaudi",
+        spec(work="train { batch = 1; attention = sdpa }", targets="[gaudi2]"),
+        spec(work="train { batch = 1; attention = eager }", targets="[gaudi2]"),
+        "write attention = sdpa or fused",
+    ),
+    (
         "devices per node",
         spec(rest="cluster { devices_per_node = 8 }", targets="[gaudi2]"),
         spec(rest="cluster { devices_per_node = 9 }", targets="[gaudi2]"),

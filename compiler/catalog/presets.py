@@ -6,18 +6,18 @@ spec override it. Figures are the published architectures (see DESIGN.md).
 
 from __future__ import annotations
 
-# SD3's MMDiT: hidden = 64 * depth, heads = depth, head dim 64.
+# SD3's MMDiT: hidden = 64 * depth, heads = depth, head dim 64; the caption projection
+# is as wide as the hidden size (derived, so a preset with another depth stays consistent).
 _MMDIT_D24 = {
     "depth": 24,
     "patch": 2,
     "in_channels": 16,
     "joint_attention_dim": 4096,
-    "caption_projection_dim": 1536,
     "pooled_projection_dim": 2048,
     "pos_embed_max_size": 192,
     "qk_norm": "none",
 }
-_MMDIT_D38 = {**_MMDIT_D24, "depth": 38, "caption_projection_dim": 2432, "qk_norm": "rms_norm"}
+_MMDIT_D38 = {**_MMDIT_D24, "depth": 38, "qk_norm": "rms_norm"}
 
 _LLAMA_2_70B = {
     "hidden": 8192,
@@ -72,7 +72,6 @@ SMOKE_MODEL = {
         "heads": 2,
         "head_dim": 32,
         "joint_attention_dim": 64,
-        "caption_projection_dim": 64,
         "pooled_projection_dim": 64,
         "pos_embed_max_size": 16,
         "text_tokens": 16,

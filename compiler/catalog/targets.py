@@ -26,6 +26,7 @@ class Target:
     unsupported_precisions: dict[str, str]  # precision -> why not, and what to do instead
     attention: dict[str, str]  # kernel name in a spec -> what the program uses for it
     unsupported_attention: dict[str, str]  # kernel -> why not, and what to do instead
+    attention_precisions: dict[str, tuple[str, ...]]  # kernel -> the only precisions it runs
     distributed_backend: str  # torch.distributed backend
     launchers: tuple[str, ...]  # first = default
     facts_source: str = field(default="DESIGN.md reference table (vendor datasheets)")
@@ -36,11 +37,11 @@ class Target:
 
 
 _GAUDI_ATTENTION = {
-    "eager": "explicit matmul-softmax attention",
-    "sdpa": "torch.nn.functional.scaled_dot_product_attention on hpu",
+    "sdpa": "diffusers' default processor: torch.nn.functional.scaled_dot_product_attention",
     "fused": "FusedSDPA (habana_frameworks.torch.hpex.kernels), via optimum-habana processors",
 }
 _GAUDI_NO_ATTENTION = {
+    "eager": "the Gaudi program has no separate eager attention; write attention = sdpa or fused",
     "flash": "flash-attention is a CUDA kernel; on Gaudi write attention = fused (FusedSDPA)",
     "xformers": "xFormers is a CUDA library; on Gaudi write attention = fused (FusedSDPA)",
 }
@@ -48,6 +49,8 @@ _GAUDI_NO_PRECISION = {
     "fp16": "optimum-habana rejects fp16 ('not supported by optimum-habana'); Gaudi recipes use "
     "bf16: write `on <target> { train.precision = bf16 }` to keep fp16 for the other targets",
 }
+# PyTorch's flash-attention backend on CUDA has kernels for fp16 and bf16 only.
+_CUDA_FLASH_PRECISIONS = {"fused": ("bf16", "fp16"), "flash": ("bf16", "fp16")}
 _CUDA_ATTENTION = {
     "eager": "explicit matmul-softmax attention",
     "sdpa": "torch.nn.functional.scaled_dot_product_attention (backend chosen by PyTorch)",
@@ -85,6 +88,7 @@ TARGETS: dict[str, Target] = {
             unsupported_precisions=_GAUDI_NO_PRECISION,
             attention=_GAUDI_ATTENTION,
             unsupported_attention=_GAUDI_NO_ATTENTION,
+            attention_precisions={},
             distributed_backend="hccl",
             launchers=_GAUDI_LAUNCHERS,
         ),
@@ -100,6 +104,7 @@ TARGETS: dict[str, Target] = {
             unsupported_precisions=_GAUDI_NO_PRECISION,
             attention=_GAUDI_ATTENTION,
             unsupported_attention=_GAUDI_NO_ATTENTION,
+            attention_precisions={},
             distributed_backend="hccl",
             launchers=_GAUDI_LAUNCHERS,
         ),
@@ -117,6 +122,7 @@ TARGETS: dict[str, Target] = {
             },
             attention=_CUDA_ATTENTION,
             unsupported_attention={},
+            attention_precisions=_CUDA_FLASH_PRECISIONS,
             distributed_backend="nccl",
             launchers=_CUDA_LAUNCHERS,
         ),
@@ -132,6 +138,7 @@ TARGETS: dict[str, Target] = {
             unsupported_precisions={},
             attention=_CUDA_ATTENTION,
             unsupported_attention={},
+            attention_precisions=_CUDA_FLASH_PRECISIONS,
             distributed_backend="nccl",
             launchers=_CUDA_LAUNCHERS,
         ),
@@ -147,6 +154,7 @@ TARGETS: dict[str, Target] = {
             unsupported_precisions={},
             attention=_CUDA_ATTENTION,
             unsupported_attention={},
+            attention_precisions=_CUDA_FLASH_PRECISIONS,
             distributed_backend="nccl",
             launchers=_CUDA_LAUNCHERS,
         ),
@@ -164,6 +172,7 @@ TARGETS: dict[str, Target] = {
             },
             attention=_CPU_ATTENTION,
             unsupported_attention=_CPU_NO_ATTENTION,
+            attention_precisions={},
             distributed_backend="gloo",
             launchers=("torchrun",),
             facts_source="no peak figures: MFU is not reported for cpu",

@@ -33,6 +33,9 @@ def unsupported(plan: Plan) -> list[Diagnostic]:
             f"{where}: benchc {__version__} generates programs for MMDiT training (S1, S2) only; "
             f"{plan.model.kind} {plan.workload.kind} is planned but not generated yet"
         )
+    if plan.workload.precision == "fp8":
+        problems.append(f"{where}: fp8 training programs are not generated yet (they need "
+                        "Transformer Engine on CUDA or Intel Neural Compressor on Gaudi)")  # fmt: skip
     p = plan.parallel
     if p.tensor > 1 or p.pipeline > 1:
         problems.append(f"{where}: tensor and pipeline parallel MMDiT training is not generated yet")

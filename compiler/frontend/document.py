@@ -210,6 +210,10 @@ class _Builder:
                     entry.key.span,
                 )
             self._drop_origins(path)
+            swept = self.sweep_set_in.get(path)
+            if swept is not None and swept[0] != pass_id:  # an included file's sweep of this key
+                del self.document.sweeps[path]  # the including file's own value wins
+                del self.sweep_set_in[path]
             parent[path[-1]] = ast.plain(entry.value)
             record_origins(self.document.origins, path, entry.value, entry.key.span)
         elif isinstance(entry, ast.Block):

@@ -154,8 +154,9 @@ class _Builder(Transformer):
     @v_args(meta=True)
     def label(self, meta, children):
         token = children[0]
-        value = json.loads(token, strict=False) if token.type == "STRING" else str(token)
-        return value, self._token_span(token)
+        if token.type == "STRING":
+            return self.string(meta, children).value, self._token_span(token)
+        return str(token), self._token_span(token)
 
     @v_args(meta=True)
     def assignment(self, meta, children):

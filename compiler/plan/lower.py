@@ -125,12 +125,14 @@ WORKLOAD_FIELDS = {
 }
 KIND_SPECIFIC = {"resolution", "seq_len", "objective", "denoising_steps", "guidance",
                  "input_tokens", "output_tokens", "kv_cache"}  # fmt: skip
-DEFAULT_METRIC = {
-    ("train", "mmdit"): "images_per_s",
-    ("train", "llama"): "tokens_per_s",
-    ("infer", "sd3"): "s_per_image",
-    ("infer", "llama"): "output_tokens_per_s",
+# The metrics each workload measures; the first is the default headline metric.
+METRICS = {
+    ("train", "mmdit"): ("images_per_s",),
+    ("train", "llama"): ("tokens_per_s",),
+    ("infer", "sd3"): ("s_per_image",),
+    ("infer", "llama"): ("output_tokens_per_s", "ttft_s", "tpot_s"),
 }
+DEFAULT_METRIC = {key: metrics[0] for key, metrics in METRICS.items()}
 OBJECTIVES = {"mmdit": "rectified_flow", "llama": "causal_lm"}
 
 
@@ -198,7 +200,9 @@ def resolve(settings: Settings) -> Resolved:
             workload[key] = value
     optimizer = workload.get("optimizer")
     if isinstance(optimizer, str):
-        workload["optimizer"] = {"fn": optimizer, "args": {"lr": 1e-4}}
+        optimizer = {"fn": optimizer, "args": {}}
+    if optimizer is not None:  # adamw() and adamw mean the documented default rate, not torch's
+        workload["optimizer"] = {"fn": optimizer["fn"], "args": {"lr": 1e-4, **optimizer["args"]}}
 
     sections = {}
     for name in ("cluster", "parallel", "measure"):
@@ -303,7 +307,7 @@ def build(resolved: Resolved, variant: Variant, target: Target, smoke: bool,
         cluster=cluster,
         parallel=parallel,
         measure=measure,
-        references=_references(document, variant),
+        references=() if smoke else _references(document, variant, r),
         spec=SpecInfo(
             path=document.files[0].path,
             sha256=document.files[0].sha256,
@@ -366,15 +370,29 @@ def _build_model(kind: str, m: dict):
     return SD3Pipeline(transformer, tuple(m["text_encoders"]), int(m["t5_tokens"]), m["weights"])
 
 
-def _references(document: Document, variant: Variant) -> tuple[Reference, ...]:
-    """The published figures for this variant's target whose `where` matches its point."""
-    settings = variant.settings
+def resolved_value(r: Resolved, path: tuple[str, ...]):
+    """A setting's value after defaults and presets (train.batch, model.mmdit.depth, ...)."""
+    head, rest = path[0], path[1:]
+    if head in ("train", "infer") and head == r.workload_kind and len(rest) == 1:
+        return r.workload.get(rest[0])
+    if head == "model" and len(rest) == 2 and rest[0] == r.model_kind:
+        return r.model.get(rest[1])
+    if head in ("cluster", "parallel", "measure") and len(rest) == 1:
+        return getattr(r, head).get(rest[0])
+    return r.settings.get(path)
+
+
+def _references(document: Document, variant: Variant, r: Resolved) -> tuple[Reference, ...]:
+    """The published figures for this variant's target whose `where` matches its point.
+
+    Smoke plans carry none: a shrunk model on a CPU is no comparison with a published figure.
+    """
     found = []
     for label, ref in sorted((document.get(("reference",)) or {}).items()):
         if ref.get("target") != variant.target:
             continue
         where = _flatten(ref.get("where") or {})
-        if all(settings.get(tuple(path.split("."))) == value for path, value in where.items()):
+        if all(resolved_value(r, tuple(path.split("."))) == value for path, value in where.items()):
             found.append(Reference(label, ref["target"], float(ref["value"]), ref["unit"],
                                    ref.get("source"), where))  # fmt: skip
     return tuple(found)

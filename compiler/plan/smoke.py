@@ -19,7 +19,8 @@ SMOKE_BATCH_DIVISOR = 8
 SMOKE_MAX_BATCH = 4
 
 
-def shrink(resolved: Resolved) -> Resolved:
+def shrink(resolved: Resolved, real_grad_accum: int = 1) -> Resolved:
+    """`real_grad_accum`: the accumulation of the real plan (which may derive it)."""
     r = dataclasses.replace(
         resolved,
         model=copy.deepcopy(resolved.model),
@@ -45,11 +46,12 @@ def shrink(resolved: Resolved) -> Resolved:
     model["weights"] = None  # real weights never fit a smoke run
 
     w = r.workload
+    if r.workload_kind == "train":  # keep accumulation on if the real run accumulates
+        w["grad_accum"] = min(real_grad_accum, 2)
     w["batch"] = max(1, min(SMOKE_MAX_BATCH, int(w["batch"]) // SMOKE_BATCH_DIVISOR))
     w["warmup"] = min(int(w["warmup"]), 2)
     w["steps"] = w["warmup"] + 3
     if r.workload_kind == "train":
-        w["grad_accum"] = min(int(w["grad_accum"] or 1), 2)
         w["global_batch"] = None  # re-derived from the shrunk batch and data degree
         if w.get("resolution") is not None:
             w["resolution"] = 128  # 16x16 latents

@@ -47,6 +47,14 @@ def parse_override(text: str, index: int = 1) -> Override:
             hint="e.g. --set train.batch=32 (repeat --set for more keys)",
         )
     assignment = statements[0]
+    if assignment.key.parts[0] in ("on", "reference", "description"):
+        raise error(
+            f"--set cannot change '{assignment.key.parts[0]}'",
+            assignment.key.span,
+            hint="--set changes settings such as train.batch; combine it with --target for one target",
+        )
+    if assignment.key.parts == ("targets",) and not isinstance(assignment.value, ast.ListValue):
+        raise error("--set targets takes a list, e.g. targets=[h100]", assignment.value.span)
     return Override(
         assignment.key.parts, ast.plain(assignment.value), assignment.value, assignment.key.span,
         text,
@@ -83,12 +91,15 @@ class Settings:
         sentinel = object()
         return self.get(path, sentinel) is not sentinel
 
-    def set(self, path: tuple, value, origin: Origin | None = None) -> None:
+    def set(self, path: tuple, value, origin: Origin | None = None, key_span: Span | None = None) -> None:
         node = self.values
-        for part in path[:-1]:
+        for depth, part in enumerate(path[:-1]):
             child = node.get(part)
             if not isinstance(child, dict):
                 child = node[part] = {}
+                anchor = key_span or (origin.key_span if origin else None)
+                if anchor is not None:  # a block this setting created: point at its key
+                    self.overlay[path[: depth + 1]] = Origin(anchor, anchor)
             node = child
         node[path[-1]] = copy.deepcopy(value)
         for known in [p for p in self.overlay if p[: len(path)] == path]:
@@ -146,7 +157,7 @@ def expand(document: Document, targets: list[str], overrides: list[Override]) ->
             for axis, index in zip(axes, choice):
                 settings.set(axis.path, axis.values[index], Origin(axis.key_span, axis.value_spans[index]))
             for override in overrides:
-                settings.set(override.path, override.value)
+                settings.set(override.path, override.value, key_span=override.key_span)
                 record_origins(settings.overlay, override.path, override.node, override.key_span)
             values = tuple((".".join(axis.path), axis.values[index]) for axis, index in zip(axes, choice))
             variants.append(Variant(target, name, values, settings))

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 
 from ..catalog.targets import TARGETS
 from ..diagnostics import Diagnostic, Span, choices_hint
-from ..plan.lower import Resolved
+from ..plan.lower import METRICS, OBJECTIVES, Resolved
 from ..plan.types import InferWorkload, LlamaModel, Plan, SD3Pipeline, TrainWorkload
 from .schema import setting_names
 
@@ -210,12 +210,53 @@ def target_capabilities(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:
             _span(r, w.kind, "attention"),
             hint=reason or f"{t.name} kernels: {', '.join(t.attention)}",
         )
+    allowed = t.attention_precisions.get(w.attention)
+    if allowed and w.precision not in allowed and w.precision in t.precisions:
+        yield Diagnostic(
+            f"attention = {w.attention} on {t.name} runs only in {' or '.join(allowed)}, not {w.precision}",
+            _span(r, w.kind, "attention"),
+            hint="PyTorch's flash-attention kernels have no fp32 variant; write attention = sdpa "
+            f"or precision = {allowed[0]}",
+        )
     limit = t.devices_per_node
     if limit is not None and plan.cluster.devices_per_node > limit:
         yield Diagnostic(
             f"{t.name} nodes have {limit} devices, not {plan.cluster.devices_per_node}",
             _span(r, "cluster", "devices_per_node"),
             hint=f"rule: devices_per_node <= {limit} on {t.name}; add nodes instead",
+        )
+
+
+@rule
+def model_shapes(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:
+    """MMDiT: the caption projection is as wide as the hidden size (diffusers adds the two)."""
+    model = plan.model.transformer if isinstance(plan.model, SD3Pipeline) else plan.model
+    if isinstance(model, LlamaModel) or model.caption_projection_dim == model.hidden:
+        return
+    yield Diagnostic(
+        f"caption_projection_dim ({model.caption_projection_dim}) must equal the hidden size "
+        f"heads x head_dim = {model.heads} x {model.head_dim} = {model.hidden}",
+        _span(r, "model", plan.model.kind, "caption_projection_dim"),
+        hint="rule: caption_projection_dim = heads x head_dim; leave it out to derive it",
+    )
+
+
+@rule
+def objective_and_metric(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:
+    """The objective is the model's own, and the metric is one this workload measures."""
+    w = plan.workload
+    if isinstance(w, TrainWorkload) and w.objective != OBJECTIVES[plan.model.kind]:
+        yield Diagnostic(
+            f"objective {w.objective} does not train a {plan.model.kind} model",
+            _span(r, "train", "objective"),
+            hint=f"{plan.model.kind} trains with {OBJECTIVES[plan.model.kind]}",
+        )
+    allowed = METRICS[(w.kind, plan.model.kind)]
+    if plan.measure.metric not in allowed:
+        yield Diagnostic(
+            f"metric {plan.measure.metric} is not measured by {plan.model.kind} {w.kind}",
+            _span(r, "measure", "metric"),
+            hint=f"metrics of this workload: {', '.join(allowed)}",
         )
 
 
@@ -242,7 +283,8 @@ def check_names(document) -> list[Diagnostic]:
     """Target names, which the schema cannot know: in targets, on and reference blocks."""
     found = []
     known = list(TARGETS)
-    for index, name in enumerate(document.get(("targets",)) or []):
+    targets = document.get(("targets",))
+    for index, name in enumerate(targets if isinstance(targets, list) else []):
         if isinstance(name, str) and name not in TARGETS:
             found.append(
                 Diagnostic(
@@ -251,7 +293,8 @@ def check_names(document) -> list[Diagnostic]:
                     hint=choices_hint(name, known, "known targets (benchc targets)"),
                 )
             )
-    for name in document.get(("on",)) or {}:
+    on = document.get(("on",))
+    for name in on if isinstance(on, dict) else {}:
         if name not in TARGETS:
             found.append(
                 Diagnostic(
@@ -260,7 +303,8 @@ def check_names(document) -> list[Diagnostic]:
                     hint=choices_hint(name, known, "known targets"),
                 )
             )
-    for label, ref in (document.get(("reference",)) or {}).items():
+    references = document.get(("reference",))
+    for label, ref in (references if isinstance(references, dict) else {}).items():
         found += _check_where(document, label, ref.get("where") if isinstance(ref, dict) else None)
         name = ref.get("target") if isinstance(ref, dict) else None
         if isinstance(name, str) and name not in TARGETS:

@@ -305,9 +305,9 @@ def train(metrics: dict, started: float) -> None:
             f"launched with {world} processes, but the plan is for {PLAN['world_size']}"
         )
     run, model_plan, parallel = PLAN["train"], PLAN["model"], PLAN["parallel"]
-    torch.manual_seed(run["seed"] + rank)
     dtype = DTYPES[run["precision"]]
-
+    # The same initial weights on every rank (FSDP2 shards them as they are).
+    torch.manual_seed(run["seed"])
     model = build_model(model_plan).to(device.device)
     if parallel["activation_checkpointing"]:
         model.enable_gradient_checkpointing()
@@ -320,16 +320,20 @@ def train(metrics: dict, started: float) -> None:
         run["optimizer"]["name"], model.parameters(), run["optimizer"]["args"]
     )
     scaler = device.grad_scaler(dtype)
+    torch.manual_seed(run["seed"] + rank)  # different data on every rank
     batch = synthetic_batch(run, model_plan, device.device)
     autocast = device.autocast(dtype)
     accumulation = run["grad_accum"]
+    sharded = world > 1 and parallel["sharding"] == "fsdp"
 
     def step() -> torch.Tensor:
         total = torch.zeros((), device=device.device)
         for micro in range(accumulation):
             last = micro == accumulation - 1
-            # DDP: all-reduce gradients only on the last micro batch of the step.
-            quiet = world > 1 and not last and hasattr(model, "no_sync")
+            # Reduce gradients across ranks only on the last micro batch of the step.
+            if sharded:
+                model.set_requires_gradient_sync(last)
+            quiet = world > 1 and not last and not sharded
             sync = model.no_sync() if quiet else contextlib.nullcontext()
             with sync, device.attention(run["attention"]):
                 loss = rectified_flow_loss(model, batch, autocast) / accumulation
@@ -339,7 +343,10 @@ def train(metrics: dict, started: float) -> None:
         if run["grad_clip"]:
             if scaler:
                 scaler.unscale_(optimizer)
-            device.clip_grad_norm(model.parameters(), run["grad_clip"])
+            if sharded:  # the norm over all shards (FSDP2's DTensors)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), run["grad_clip"])
+            else:
+                device.clip_grad_norm(model.parameters(), run["grad_clip"])
         if scaler:
             scaler.step(optimizer)
             scaler.update()

@@ -14,8 +14,11 @@ NPROC=8
 export PT_HPU_LAZY_MODE="${PT_HPU_LAZY_MODE:-1}"
 
 if [ "$NNODES" -eq 1 ]; then
-  # As optimum-habana's gaudi_spawn: one rank per card, each bound to its share of cores.
-  PE=$(( $(nproc) / NPROC )); [ "$PE" -ge 1 ] || PE=1
+  # As optimum-habana's gaudi_spawn: one rank per card, each bound to its share of the
+  # physical cores (lscpu's distinct core/socket pairs, hyperthreads not counted).
+  CORES=$(lscpu -p=Core,Socket 2>/dev/null | grep -v '^#' | sort -u | wc -l)
+  [ "$CORES" -ge 1 ] || CORES=$(nproc)
+  PE=$(( CORES / NPROC )); [ "$PE" -ge 1 ] || PE=1
   exec mpirun -n "$NPROC" --bind-to core --map-by "socket:PE=$PE" --rank-by slot \
     --allow-run-as-root "$PYTHON" bench.py "$@"
 fi
