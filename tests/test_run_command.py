@@ -210,3 +210,26 @@ def test_store_versions_and_bad_files(tmp_path):
 def test_run_option_errors(tmp_path, bad):
     result = benchc("run", "specs/sd3.bench", "--smoke", *bad, db=tmp_path / "r.db")
     assert result.returncode == 2 and "Traceback" not in result.stderr
+
+
+def _store_writer(db: str) -> None:
+    with Store(db) as store:
+        for trial in range(5):
+            run_id = store.start(experiment="e", target="cpu", point="p", point_values={}, smoke=True,
+                                 spec_path=None, spec_sha256=None, build_path=None, log_path=None,
+                                 environment={}, plan=None, series="s", trial=trial)  # fmt: skip
+            store.finish(run_id, "ok", None, {"n": trial})
+
+
+def test_many_processes_create_and_write_one_new_store_at_once(tmp_path):
+    import multiprocessing
+
+    for attempt in range(5):
+        db = str(tmp_path / f"fresh{attempt}.db")
+        workers = [multiprocessing.Process(target=_store_writer, args=(db,)) for _ in range(6)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(timeout=60)
+        assert [w.exitcode for w in workers] == [0] * 6
+        assert len(Store(db).runs()) == 30

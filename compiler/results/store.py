@@ -12,6 +12,7 @@ import json
 import os
 import socket
 import sqlite3
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -113,15 +114,28 @@ class Store:
             raise error(f"cannot open the results store {self.path}: {exc}", None) from None
         self._db.row_factory = sqlite3.Row
         try:
-            self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA busy_timeout=30000")
-            self._migrate()
+            self._retry_while_locked(lambda: self._db.execute("PRAGMA journal_mode=WAL"))
+            self._retry_while_locked(self._migrate)
         except sqlite3.DatabaseError as exc:
             raise error(
                 f"{self.path} is not a benchc results store ({exc})",
                 None,
                 hint="point --db (or BENCHC_RESULTS) at another file",
             ) from None
+
+    @staticmethod
+    def _retry_while_locked(action, seconds: float = 30.0):
+        """Another benchc may be creating the same store: switching to WAL mode needs a moment
+        alone with the file, and SQLite does not always wait for it by itself."""
+        deadline = time.monotonic() + seconds
+        while True:
+            try:
+                return action()
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
 
     def close(self) -> None:
         self._db.close()
