@@ -31,6 +31,15 @@ def s1_files(target: str, smoke: bool = False, overrides=(), point: str = "batch
     return render_point(plan)
 
 
+def spec_files(spec: str, target: str, smoke: bool = False, overrides=()) -> dict:
+    """The files of a spec's first point for one target."""
+    with in_repo():
+        plans = plan_spec(
+            Path("specs") / spec, targets=[target], overrides=list(overrides), smoke=smoke
+        ).plans
+    return render_point(plans[0])
+
+
 def core_text(program: str) -> str:
     start = program.index("# ==== benchc: device-neutral core")
     end = program.index("# ==== benchc: end of device-neutral core ====")

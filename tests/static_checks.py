@@ -103,27 +103,42 @@ def _bind(signature: inspect.Signature, call: ast.Call, skip_self: bool) -> str 
 
 
 def _source_signature(qualname: str) -> inspect.Signature:
-    """Signature of a function or class in optimum-habana, read from its installed source."""
-    module_name, _, name = qualname.rpartition(".")
-    top = importlib.util.find_spec(module_name.split(".")[0])
+    """Signature of a function, class or method in optimum-habana, read from its installed
+    source: `package.module.function`, `package.module.Class` (its __init__) or
+    `package.module.Class.method`."""
+    parts = qualname.split(".")
+    top = importlib.util.find_spec(parts[0])
     if top is None or not top.submodule_search_locations:
-        raise ImportError(module_name)
+        raise ImportError(parts[0])
     base = Path(next(iter(top.submodule_search_locations)))
-    relative = Path(*module_name.split(".")[1:])
-    path = base / relative.with_suffix(".py")
-    if not path.exists():
-        path = base / relative / "__init__.py"
-    tree = ast.parse(path.read_text())
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef) and node.name == name:
+    for cut in range(len(parts) - 1, 1, -1):
+        relative = Path(*parts[1:cut])
+        for path in (base / relative.with_suffix(".py"), base / relative / "__init__.py"):
+            if path.exists():
+                return _signature_in(ast.parse(path.read_text()), parts[cut:], path)
+    raise ImportError(qualname)
+
+
+def _signature_in(tree: ast.Module, names: list[str], path: Path) -> inspect.Signature:
+    body = tree.body
+    for depth, name in enumerate(names):
+        node = next(
+            (n for n in body if isinstance(n, (ast.ClassDef, ast.FunctionDef)) and n.name == name), None
+        )
+        if node is None:
+            raise AttributeError(f"{'.'.join(names)} is not defined in {path}")
+        last = depth == len(names) - 1
+        if isinstance(node, ast.FunctionDef):
+            if last:
+                return _signature_from_ast(node)
+            raise AttributeError(f"{name} in {path} is a function")
+        if last:
             init = next(
-                (n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"),
-                None,
+                (n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None
             )
             return _signature_from_ast(init) if init else inspect.Signature()
-        if isinstance(node, ast.FunctionDef) and node.name == name:
-            return _signature_from_ast(node)
-    raise AttributeError(f"{name} is not defined in {path}")
+        body = node.body
+    raise AttributeError(".".join(names))
 
 
 def _signature_from_ast(function: ast.FunctionDef) -> inspect.Signature:

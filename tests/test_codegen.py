@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from codegen_helpers import core_text, s1_files
+from codegen_helpers import core_text, s1_files, spec_files
 
 from benchc.codegen.literals import literal, string_literal
 
@@ -61,9 +61,9 @@ def test_manifest_is_versioned_and_hashes_every_file(tmp_path):
 
 
 def test_compile_of_a_workload_not_generated_yet_is_a_clear_error(tmp_path):
-    result = run_cli("compile", "specs/beluga-train.bench", "-o", str(tmp_path), cwd=REPO)
+    result = run_cli("compile", "specs/beluga-infer.bench", "-o", str(tmp_path), cwd=REPO)
     assert result.code == 2
-    assert "generates programs for MMDiT training" in result.err and "Traceback" not in result.err
+    assert "generates training programs" in result.err and "Traceback" not in result.err
     assert not any(tmp_path.iterdir())  # nothing half-written
 
 
@@ -85,7 +85,10 @@ def test_the_device_neutral_core_is_the_same_text_for_every_target(target):
     cpu = core_text(s1_files("cpu", smoke=True)["bench.py"])
     other = core_text(s1_files(target)["bench.py"])
     assert other == cpu
-    assert "def train(" in cpu and "rectified_flow_loss" in cpu
+    assert "def train(" in cpu and "Rectified flow" in cpu
+    llama_cpu = core_text(spec_files("beluga-train.bench", "cpu", smoke=True)["bench.py"])
+    assert core_text(spec_files("beluga-train.bench", target)["bench.py"]) == llama_cpu
+    assert "LlamaForCausalLM" in llama_cpu
 
 
 def _ruff(*args, cwd):
@@ -100,10 +103,16 @@ def _ruff(*args, cwd):
         ("gaudi2", False, ["train.compile=true", "train.grad_clip=1.0"]),
         ("h100", False, ["train.attention=xformers", "train.precision=fp16"]),
         ("a100", False, ["parallel.sharding=fsdp", "parallel.activation_checkpointing=true"]),
+        ("llama:cpu", True, []),
+        ("llama:gaudi2", False, []),
+        ("llama:h100", False, ["train.attention=eager", "parallel.sharding=none"]),
     ],
 )
 def test_generated_programs_are_formatted_and_lint_clean(tmp_path, target, smoke, overrides):
-    files = s1_files(target, smoke=smoke, overrides=overrides)
+    if target.startswith("llama:"):
+        files = spec_files("beluga-train.bench", target.split(":")[1], smoke=smoke, overrides=overrides)
+    else:
+        files = s1_files(target, smoke=smoke, overrides=overrides)
     (tmp_path / "bench.py").write_text(files["bench.py"])
     fmt = _ruff("format", "--isolated", "--check", "--diff", "bench.py", cwd=tmp_path)
     assert fmt.returncode == 0, fmt.stdout + fmt.stderr

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from codegen_helpers import s1_files
+from codegen_helpers import s1_files, spec_files
 from diffusers import SD3Transformer2DModel
 from static_checks import check_program, keyword_names, returned_dict_keys
 
@@ -31,10 +31,15 @@ VARIANTS = [
     ("gaudi2", []),
     ("gaudi2", ["train.compile=true", "train.grad_clip=1.0", "parallel.activation_checkpointing=true"]),
     ("gaudi3", ["train.attention=sdpa"]),
+    ("llama:gaudi2", []),
+    ("llama:h100", []),
+    ("llama:a100", ["train.attention=eager", "parallel.sharding=none"]),
 ]
 
 
 def _program(target, overrides):
+    if target.startswith("llama:"):
+        return spec_files("beluga-train.bench", target.split(":")[1], overrides=overrides)["bench.py"]
     return s1_files(target, overrides=overrides)["bench.py"]
 
 
@@ -43,10 +48,26 @@ def test_calls_bind_to_the_installed_libraries(target, overrides):
     report = check_program(_program(target, overrides))
     assert report.problems == []
     checked = set(report.checked)
-    must = {"diffusers.SD3Transformer2DModel", "torch.autocast", "torch.distributed.init_process_group",
-            "torch.nn.parallel.DistributedDataParallel", "torch.nn.functional.mse_loss"}  # fmt: skip
-    if target.startswith("gaudi"):
-        must.add("optimum.habana.diffusers.models.attention_processor.GaudiJointAttnProcessor2_0")
+    must = {
+        "torch.autocast",
+        "torch.distributed.init_process_group",
+        "torch.nn.parallel.DistributedDataParallel",
+    }
+    llama = target.startswith("llama:")
+    if llama:
+        must |= {
+            "transformers.LlamaForCausalLM",
+            "transformers.LlamaConfig",
+            "torch.distributed.fsdp.fully_shard",
+        }
+    else:
+        must |= {"diffusers.SD3Transformer2DModel", "torch.nn.functional.mse_loss"}
+    if "gaudi" in target:
+        must.add(
+            "optimum.habana.transformers.modeling_utils.adapt_transformers_to_gaudi"
+            if llama
+            else "optimum.habana.diffusers.models.attention_processor.GaudiJointAttnProcessor2_0"
+        )
     else:
         must |= {"torch.cuda.synchronize", "torch.nn.attention.sdpa_kernel"}
     assert must <= checked
@@ -59,8 +80,18 @@ def test_keyword_arguments_passed_through_tables_and_dicts_exist(target, overrid
     plan_literal = re.search(r"^PLAN = (\{.*?^\})$", program, flags=re.M | re.S).group(1)
     exec(compile(f"PLAN = {plan_literal}", "<plan>", "exec"), namespace)  # a literal only
     config = namespace["PLAN"]["model"]["config"]
-    model_parameters = inspect.signature(SD3Transformer2DModel.__init__).parameters
-    assert set(config) <= set(model_parameters)
+    if target.startswith("llama:"):
+        from transformers import LlamaConfig
+
+        built = LlamaConfig(**config)  # the real class: every key must land as an attribute
+        assert built.num_key_value_heads == config["num_key_value_heads"]
+        assert built._attn_implementation == config["attn_implementation"]
+        assert set(config) - {"attn_implementation"} <= set(
+            inspect.signature(LlamaConfig.__init__).parameters
+        )
+    else:
+        model_parameters = inspect.signature(SD3Transformer2DModel.__init__).parameters
+        assert set(config) <= set(model_parameters)
     ddp_parameters = inspect.signature(torch.nn.parallel.DistributedDataParallel.__init__).parameters
     assert returned_dict_keys(program, "ddp_options") <= set(ddp_parameters)
     for name, optimizer in {"adamw": torch.optim.AdamW, "adam": torch.optim.Adam}.items():
@@ -75,10 +106,10 @@ def test_keyword_arguments_passed_through_tables_and_dicts_exist(target, overrid
 def test_habana_symbols_are_exactly_the_allow_list():
     used = set()
     for target, overrides in VARIANTS:
-        if target.startswith("gaudi"):
+        if "gaudi" in target:
             used |= check_program(_program(target, overrides)).habana_symbols
     for target, overrides in VARIANTS:
-        if not target.startswith("gaudi"):
+        if "gaudi" not in target:
             assert not check_program(_program(target, overrides)).habana_symbols
     assert used == set(HABANA_SYMBOLS)
 
@@ -105,7 +136,7 @@ def test_a_misspelled_keyword_in_a_template_is_caught(tmp_path):
     cuda.write_text(cuda.read_text().replace('device_type="cuda"', 'device_typ="cuda"'))
     hpu = broken / "adapter_hpu.py.j2"
     hpu.write_text(hpu.read_text().replace("is_training=training", "is_trainig=training"))
-    core = broken / "core_mmdit_train.py.j2"
+    core = broken / "model_mmdit.py.j2"
     core.write_text(core.read_text().replace("torch.randn_like(latents)", "torch.randn_alike(latents)"))
 
     env = environment(str(broken))
@@ -114,3 +145,16 @@ def test_a_misspelled_keyword_in_a_template_is_caught(tmp_path):
         report = check_program(render_program(plan, env))
         assert any(misspelt in p for p in report.problems), (target, report.problems)
         ast.parse(render_program(plan, env))  # still valid Python: only the checks catch it
+
+
+def test_gaudi_llama_forward_options_exist_in_optimum_habana():
+    """The keyword arguments the Gaudi adapter passes to the Llama forward are real ones."""
+    from static_checks import _source_signature, returned_dict_keys
+
+    program = _program("llama:gaudi2", [])
+    options = returned_dict_keys(program, "forward_options")
+    assert options == {"use_flash_attention", "flash_attention_recompute", "flash_attention_causal_mask"}
+    forward = _source_signature(
+        "optimum.habana.transformers.models.llama.modeling_llama.GaudiLlamaForCausalLM.forward"
+    )
+    assert options <= set(forward.parameters)

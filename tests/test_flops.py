@@ -56,3 +56,26 @@ def test_forward_flops_match_torch_flop_counter(config, latent, text_tokens):
                       (latent // 2) ** 2, text_tokens)  # fmt: skip
     assert cost.forward_flops_per_sample == counter.get_total_flops()
     assert cost.train_flops_per_sample == 3 * cost.forward_flops_per_sample
+
+
+def test_llama_parameters_and_flops_match_transformers():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from benchc.plan.flops import llama_cost, llama_params
+
+    for hidden, layers, heads, kv, inter, vocab in [
+        (8192, 80, 64, 8, 28672, 32000),
+        (128, 2, 4, 2, 256, 1024),
+    ]:
+        config = LlamaConfig(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+                             num_key_value_heads=kv, intermediate_size=inter, vocab_size=vocab)  # fmt: skip
+        with torch.device("meta"):
+            counted = sum(p.numel() for p in LlamaForCausalLM(config).parameters())
+        assert llama_params(hidden, layers, heads, kv, inter, vocab) == counted
+    assert counted == 557_696
+    model = LlamaForCausalLM(config)
+    with torch.no_grad(), sdpa_kernel([SDPBackend.MATH]), FlopCounterMode(display=False) as counter:
+        model(input_ids=torch.randint(0, vocab, (1, 64)))
+    cost = llama_cost(hidden, layers, heads, kv, inter, vocab, 64)
+    # the counter also sees the rotary embedding's small outer product (head_dim / 2 x seq_len)
+    assert cost.forward_flops_per_sample == pytest.approx(counter.get_total_flops(), rel=1e-4)

@@ -77,3 +77,27 @@ def test_a_diverging_run_fails_with_its_cause_recorded(tmp_path):
     assert metrics["status"] == "failed"
     assert metrics["error"]["type"] == "FloatingPointError" and "loss is" in metrics["error"]["message"]
     assert (point / "metrics.rank1.json").exists()  # every failing rank leaves its record
+
+
+def test_llama_training_loss_falls_under_fsdp_with_two_processes(tmp_path):
+    """S4 shrunk: Llama with grouped-query attention, FSDP2 over 2 processes, activation
+    checkpointing, accumulation 2, fp16 with loss scaling (the spec's CUDA precision)."""
+    result = run_cli("compile", "specs/beluga-train.bench", "--smoke", "-o", str(tmp_path), cwd=REPO)
+    assert result.code == 0, result.err
+    point = tmp_path / "beluga_70b_train" / "cpu" / "default-smoke"
+    plan = json.loads((point / "manifest.json").read_text())["plan"]
+    assert plan["parallel"]["sharding"] == "fsdp" and plan["workload"]["grad_accum"] == 2
+    env = {**os.environ, "PYTHON": sys.executable}
+    proc = subprocess.run(["bash", str(point / "launch.sh")], capture_output=True, text=True, env=env,
+                          timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    metrics = json.loads((point / "metrics.json").read_text())
+    jsonschema.validate(metrics, metrics_schema())
+    assert metrics["world_size"] == 2 and metrics["throughput"]["unit"] == "tokens/s"
+    losses = metrics["loss"]["all"]
+    assert all(math.isfinite(x) for x in losses) and losses[-1] < losses[0]
+    seq_len, global_batch = plan["workload"]["seq_len"], plan["workload"]["global_batch"]
+    measured = metrics["step_time_s"]["all"]
+    assert metrics["throughput"]["job"] == pytest.approx(
+        global_batch * seq_len * len(measured) / sum(measured)
+    )

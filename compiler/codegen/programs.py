@@ -13,7 +13,7 @@ import jinja2
 
 from .. import __version__
 from ..diagnostics import Diagnostic
-from ..plan.types import MMDiTModel, Plan, TrainWorkload
+from ..plan.types import LlamaModel, MMDiTModel, Plan, TrainWorkload
 from .environment import environment
 
 MANIFEST_VERSION = 1
@@ -28,9 +28,9 @@ def unsupported(plan: Plan) -> list[Diagnostic]:
     """What this release cannot generate yet, said plainly (not a mistake in the spec)."""
     where = f"{plan.spec.path}: {plan.experiment} / {plan.target.name}"
     problems = []
-    if not (isinstance(plan.model, MMDiTModel) and isinstance(plan.workload, TrainWorkload)):
+    if not isinstance(plan.workload, TrainWorkload):
         problems.append(
-            f"{where}: benchc {__version__} generates programs for MMDiT training (S1, S2) only; "
+            f"{where}: benchc {__version__} generates training programs (S1, S2, S4) only; "
             f"{plan.model.kind} {plan.workload.kind} is planned but not generated yet"
         )
     if plan.workload.precision == "fp8":
@@ -40,16 +40,67 @@ def unsupported(plan: Plan) -> list[Diagnostic]:
     if p.tensor > 1 or p.pipeline > 1:
         problems.append(f"{where}: tensor and pipeline parallel MMDiT training is not generated yet")
     if p.sharding not in ("none", "fsdp"):
-        problems.append(f"{where}: sharding = {p.sharding} (DeepSpeed) is not generated yet for MMDiT")
+        problems.append(f"{where}: sharding = {p.sharding} (DeepSpeed) is not generated yet; "
+                        "sharding = fsdp (FSDP2) is")  # fmt: skip
+    if isinstance(plan.model, LlamaModel) and plan.workload.attention == "xformers":
+        problems.append(f"{where}: xformers attention is generated for MMDiT only")
     return [
         Diagnostic(message, None, hint="`benchc plan` shows the resolved plan meanwhile")
         for message in problems
     ]
 
 
+def _mmdit_model(model: MMDiTModel, work: TrainWorkload) -> dict:
+    return {
+        "kind": model.kind,
+        "weights": model.weights,
+        "text_tokens": model.text_tokens,
+        # keyword arguments of diffusers.SD3Transformer2DModel
+        "config": {
+            "sample_size": work.latent_size,
+            "patch_size": model.patch,
+            "in_channels": model.in_channels,
+            "out_channels": model.in_channels,
+            "num_layers": model.depth,
+            "attention_head_dim": model.head_dim,
+            "num_attention_heads": model.heads,
+            "joint_attention_dim": model.joint_attention_dim,
+            "caption_projection_dim": model.caption_projection_dim,
+            "pooled_projection_dim": model.pooled_projection_dim,
+            "pos_embed_max_size": model.pos_embed_max_size,
+            "qk_norm": None if model.qk_norm == "none" else model.qk_norm,
+        },
+    }
+
+
+def _llama_model(model: LlamaModel, work: TrainWorkload, family: str) -> dict:
+    # Gaudi's Llama runs its own attention (FusedSDPA via forward options); elsewhere the
+    # spec's kernel picks transformers' implementation, and the adapter narrows SDPA.
+    eager = family == "hpu" or work.attention == "eager"
+    return {
+        "kind": model.kind,
+        "weights": model.weights,
+        # keyword arguments of transformers.LlamaConfig
+        "config": {
+            "hidden_size": model.hidden,
+            "num_hidden_layers": model.layers,
+            "num_attention_heads": model.heads,
+            "num_key_value_heads": model.kv_heads,
+            "intermediate_size": model.intermediate,
+            "vocab_size": model.vocab,
+            "max_position_embeddings": model.max_positions,
+            "attn_implementation": "eager" if eager else "sdpa",
+        },
+    }
+
+
 def program_settings(plan: Plan) -> dict:
     """The PLAN literal of the program: what its core reads, nothing target-specific in code."""
     model, work = plan.model, plan.workload
+    if isinstance(model, LlamaModel):
+        model_settings, items = _llama_model(model, work, plan.target.family), work.seq_len
+    else:
+        model_settings, items = _mmdit_model(model, work), 1
     return {
         "experiment": plan.experiment,
         "description": plan.description,
@@ -64,27 +115,9 @@ def program_settings(plan: Plan) -> dict:
         "workload": work.kind,
         "metric": plan.measure.metric,
         "unit": UNITS.get(plan.measure.metric, plan.measure.metric),
+        "items_per_sample": items,  # 1 image, or seq_len tokens, per sample
         "world_size": plan.cluster.world_size,
-        "model": {
-            "kind": model.kind,
-            "weights": model.weights,
-            "text_tokens": model.text_tokens,
-            # keyword arguments of diffusers.SD3Transformer2DModel
-            "config": {
-                "sample_size": work.latent_size,
-                "patch_size": model.patch,
-                "in_channels": model.in_channels,
-                "out_channels": model.in_channels,
-                "num_layers": model.depth,
-                "attention_head_dim": model.head_dim,
-                "num_attention_heads": model.heads,
-                "joint_attention_dim": model.joint_attention_dim,
-                "caption_projection_dim": model.caption_projection_dim,
-                "pooled_projection_dim": model.pooled_projection_dim,
-                "pos_embed_max_size": model.pos_embed_max_size,
-                "qk_norm": None if model.qk_norm == "none" else model.qk_norm,
-            },
-        },
+        "model": model_settings,
         "train": {
             "precision": work.precision,
             "attention": work.attention,
@@ -98,6 +131,7 @@ def program_settings(plan: Plan) -> dict:
             "compile": work.compile,
             "seed": work.seed,
             "latent_size": work.latent_size,
+            "seq_len": work.seq_len,
         },
         "parallel": {
             "data": plan.parallel.data,
@@ -123,24 +157,23 @@ def _hpu_mode(plan: Plan) -> dict:
 
 
 def render_program(plan: Plan, env: jinja2.Environment | None = None) -> str:
-    family = plan.target.family
+    family, kind = plan.target.family, plan.model.kind
+    what = {"mmdit": "MMDiT", "llama": "Llama"}[kind]
     title = (
         f"{plan.experiment} on {plan.target.name}, point {plan.point}"
-        f"{' (smoke)' if plan.smoke else ''}: MMDiT training throughput."
+        f"{' (smoke)' if plan.smoke else ''}: {what} training throughput."
     )
     context = {
         "title": title,
         "version": __version__,
         "family": family,
-        "core": "core_mmdit_train.py.j2",
+        "kind": kind,
+        "model_core": f"model_{kind}.py.j2",
         "entry": "train",
         "plan": program_settings(plan),
         "metrics_version": METRICS_SCHEMA_VERSION,
-        "extra_requirements": {
-            "hpu": ",\nhabana_frameworks and optimum-habana",
-            "cuda": "",
-            "cpu": "",
-        }[family],
+        "extra_requirements": (" and transformers" if kind == "llama" else " and diffusers")
+        + (",\nhabana_frameworks and optimum-habana" if family == "hpu" else ""),
         **_hpu_mode(plan),
     }
     return (env or environment()).get_template("train.py.j2").render(context)

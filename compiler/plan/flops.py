@@ -86,3 +86,25 @@ def mmdit_cost(
         depth, hidden, patch, in_channels, joint_attention_dim, pooled_projection_dim, head_dim, qk_norm
     )
     return ModelCost(params, forward, 3.0 * forward)
+
+
+def llama_params(hidden: int, layers: int, heads: int, kv_heads: int, intermediate: int, vocab: int) -> int:
+    """transformers' LlamaForCausalLM (no biases, untied input and output embeddings)."""
+    head_dim = hidden // heads
+    attention = 2 * hidden * hidden + 2 * hidden * kv_heads * head_dim  # q, o; k, v
+    mlp = 3 * hidden * intermediate  # gate, up, down
+    norms = 2 * hidden
+    return layers * (attention + mlp + norms) + hidden + 2 * vocab * hidden  # final norm, embed, head
+
+
+def llama_cost(hidden: int, layers: int, heads: int, kv_heads: int, intermediate: int, vocab: int,
+               seq_len: int) -> ModelCost:  # fmt: skip
+    """FLOPs per *sequence* of seq_len tokens: 2 x matmul weights x tokens, plus attention
+    scores and values over the full seq_len x seq_len (the convention of the PaLM paper's
+    6N + 12 L h T per token; causal masking is not discounted)."""
+    head_dim = hidden // heads
+    matmul = layers * (2 * hidden * hidden + 2 * hidden * kv_heads * head_dim + 3 * hidden * intermediate)
+    matmul += vocab * hidden  # the output head; the input embedding is a lookup
+    forward = 2.0 * matmul * seq_len + layers * 4.0 * seq_len * seq_len * hidden
+    params = llama_params(hidden, layers, heads, kv_heads, intermediate, vocab)
+    return ModelCost(params, forward, 3.0 * forward)

@@ -14,7 +14,7 @@ from ..catalog.presets import PRESETS
 from ..catalog.targets import Target
 from ..diagnostics import BenchError, Diagnostic, choices_hint
 from ..frontend.document import Document
-from .flops import ModelCost, mmdit_cost
+from .flops import ModelCost, llama_cost, mmdit_cost
 from .types import (
     Cluster,
     InferWorkload,
@@ -319,7 +319,10 @@ def build(resolved: Resolved, variant: Variant, target: Target, smoke: bool,
 
 
 def _cost(model, workload) -> ModelCost | None:
-    """Model size and FLOPs where the architecture is modelled (plan/flops.py)."""
+    """Model size and FLOPs per sample (an image, or a sequence) where modelled (plan/flops.py)."""
+    if isinstance(model, LlamaModel) and isinstance(workload, TrainWorkload):
+        return llama_cost(model.hidden, model.layers, model.heads, model.kv_heads, model.intermediate,
+                          model.vocab, workload.seq_len)  # fmt: skip
     if isinstance(model, MMDiTModel) and workload.image_tokens:
         return mmdit_cost(
             model.depth, model.hidden, model.patch, model.in_channels, model.joint_attention_dim,

@@ -49,6 +49,7 @@ PLAN = {
     "workload": "train",
     "metric": "images_per_s",
     "unit": "images/s",
+    "items_per_sample": 1,
     "world_size": 2,
     "model": {
         "kind": "mmdit",
@@ -88,6 +89,7 @@ PLAN = {
         "compile": False,
         "seed": 0,
         "latent_size": 16,
+        "seq_len": None,
     },
     "parallel": {
         "data": 2,
@@ -126,8 +128,14 @@ class Device:
             return sdpa_kernel(backends[kernel])
         return contextlib.nullcontext()  # "sdpa": PyTorch chooses
 
+    def before_model(self) -> None:
+        """Nothing to patch before the model is built."""
+
     def prepare(self, model, kernel: str, training: bool):
         return model
+
+    def forward_options(self, kernel: str) -> dict:
+        return {}
 
     def compile(self, model):
         return torch.compile(model)
@@ -171,6 +179,55 @@ class Device:
 
 
 # ==== benchc: device-neutral core (identical text for every target) ====
+def build_model(model_plan: dict):
+    """diffusers' SD3Transformer2DModel: local weights if named, else its config."""
+    if model_plan["weights"]:
+        return SD3Transformer2DModel.from_pretrained(model_plan["weights"])
+    return SD3Transformer2DModel(**model_plan["config"])
+
+
+def synthetic_batch(train: dict, model_plan: dict, device) -> dict:
+    """One batch made on the device: latents, text embeddings, pooled embeddings.
+
+    Made once, before timing, so no input pipeline shares the measured time.
+    """
+    config = model_plan["config"]
+    batch, size = train["micro_batch"], train["latent_size"]
+    text = (model_plan["text_tokens"], config["joint_attention_dim"])
+    return {
+        "latents": torch.randn(batch, config["in_channels"], size, size, device=device),
+        "prompt": torch.randn(batch, *text, device=device),
+        "pooled": torch.randn(batch, config["pooled_projection_dim"], device=device),
+    }
+
+
+def compute_loss(model, batch: dict, autocast, options: dict):
+    """Rectified flow, SD3's objective: predict velocity (noise - data) at sigma."""
+    latents = batch["latents"]
+    noise = torch.randn_like(latents)
+    sigma = torch.sigmoid(torch.randn(latents.shape[0], device=latents.device))
+    sigma_ = sigma.view(-1, 1, 1, 1)
+    noisy = (1.0 - sigma_) * latents + sigma_ * noise
+    with autocast:
+        prediction = model(
+            hidden_states=noisy,
+            encoder_hidden_states=batch["prompt"],
+            pooled_projections=batch["pooled"],
+            timestep=sigma * 1000.0,
+            **options,
+        ).sample
+    return torch.nn.functional.mse_loss(prediction.float(), (noise - latents).float())
+
+
+def transformer_blocks(model) -> list:
+    """The repeated blocks: FSDP2 shards each of them."""
+    return list(model.transformer_blocks)
+
+
+def enable_activation_checkpointing(model) -> None:
+    model.enable_gradient_checkpointing()
+
+
 DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 TORCH_OPTIMIZERS = {
     "adamw": torch.optim.AdamW,
@@ -201,51 +258,12 @@ def distributed_env() -> tuple[int, int, int]:
     return 0, 1, 0
 
 
-def build_model(model_plan: dict):
-    """diffusers' SD3Transformer2DModel: local weights if named, else its config."""
-    if model_plan["weights"]:
-        return SD3Transformer2DModel.from_pretrained(model_plan["weights"])
-    return SD3Transformer2DModel(**model_plan["config"])
-
-
-def synthetic_batch(train: dict, model_plan: dict, device) -> dict:
-    """One batch made on the device: latents, text embeddings, pooled embeddings.
-
-    Made once, before timing, so no input pipeline shares the measured time.
-    """
-    config = model_plan["config"]
-    batch, size = train["micro_batch"], train["latent_size"]
-    text = (model_plan["text_tokens"], config["joint_attention_dim"])
-    return {
-        "latents": torch.randn(batch, config["in_channels"], size, size, device=device),
-        "prompt": torch.randn(batch, *text, device=device),
-        "pooled": torch.randn(batch, config["pooled_projection_dim"], device=device),
-    }
-
-
-def rectified_flow_loss(model, batch: dict, autocast):
-    """SD3's objective: predict velocity (noise - data) at a logit-normal sigma."""
-    latents = batch["latents"]
-    noise = torch.randn_like(latents)
-    sigma = torch.sigmoid(torch.randn(latents.shape[0], device=latents.device))
-    sigma_ = sigma.view(-1, 1, 1, 1)
-    noisy = (1.0 - sigma_) * latents + sigma_ * noise
-    with autocast:
-        prediction = model(
-            hidden_states=noisy,
-            encoder_hidden_states=batch["prompt"],
-            pooled_projections=batch["pooled"],
-            timestep=sigma * 1000.0,
-        ).sample
-    return torch.nn.functional.mse_loss(prediction.float(), (noise - latents).float())
-
-
 def wrap_parallel(model, device, parallel: dict, world: int):
     """Data parallel by DDP, or sharded by FSDP2 (fully_shard per block, then root)."""
     if world == 1:
         return model
     if parallel["sharding"] == "fsdp":
-        for block in model.transformer_blocks:
+        for block in transformer_blocks(model):
             fully_shard(block)
         fully_shard(model)
         return model
@@ -297,9 +315,10 @@ def train(metrics: dict, started: float) -> None:
     dtype = DTYPES[run["precision"]]
     # The same initial weights on every rank (FSDP2 shards them as they are).
     torch.manual_seed(run["seed"])
+    device.before_model()
     model = build_model(model_plan).to(device.device)
     if parallel["activation_checkpointing"]:
-        model.enable_gradient_checkpointing()
+        enable_activation_checkpointing(model)
     model = device.prepare(model, run["attention"], training=True)
     model.train()
     model = wrap_parallel(model, device, parallel, world)
@@ -312,6 +331,7 @@ def train(metrics: dict, started: float) -> None:
     torch.manual_seed(run["seed"] + rank)  # different data on every rank
     batch = synthetic_batch(run, model_plan, device.device)
     autocast = device.autocast(dtype)
+    options = device.forward_options(run["attention"])
     accumulation = run["grad_accum"]
     sharded = world > 1 and parallel["sharding"] == "fsdp"
 
@@ -325,7 +345,7 @@ def train(metrics: dict, started: float) -> None:
             quiet = world > 1 and not last and not sharded
             sync = model.no_sync() if quiet else contextlib.nullcontext()
             with sync, device.attention(run["attention"]):
-                loss = rectified_flow_loss(model, batch, autocast) / accumulation
+                loss = compute_loss(model, batch, autocast, options) / accumulation
                 (scaler.scale(loss) if scaler else loss).backward()
             device.mark_step()
             total += loss.detach()
@@ -372,8 +392,8 @@ def train(metrics: dict, started: float) -> None:
     measured = step_times[run["warmup"] :]
     ordered = sorted(measured)
     samples_per_s = run["global_batch"] * len(measured) / sum(measured)
-    per_device = samples_per_s / world
-    achieved = PLAN["train_flops_per_sample"] * per_device
+    items_per_s = samples_per_s * PLAN["items_per_sample"]  # images, or tokens
+    achieved = PLAN["train_flops_per_sample"] * samples_per_s / world
     peak_flops = PLAN["peak_flops_per_device"]
     metrics.update(
         status="ok",
@@ -395,8 +415,8 @@ def train(metrics: dict, started: float) -> None:
         first_step_s=step_times[0],
         throughput={
             "unit": PLAN["unit"],
-            "job": samples_per_s,
-            "per_device": per_device,
+            "job": items_per_s,
+            "per_device": items_per_s / world,
             "samples_per_step": run["global_batch"],
         },
         loss={"first": losses[0], "last": losses[-1], "all": losses},
