@@ -120,7 +120,8 @@ def _run_points(points, store: Store, args) -> int:
             )  # fmt: skip
             label = f"{point.label} [{trial}/{repeat}]"
             metric = plan.get("measure", {}).get("metric", "")
-            items = (workload.get("global_batch") or 0) * (workload.get("seq_len") or 1)  # per step
+            sequences = workload.get("global_batch") or workload.get("batch") or 0
+            items = sequences * (workload.get("seq_len") or workload.get("output_tokens") or 1)  # per step
             with Progress(label, items or None, UNITS.get(metric, metric)) as progress:
                 outcome = execute(point, run_dir, timeout, progress.line)
             store.finish(run_id, outcome.status, outcome.cause, outcome.metrics, outcome.log_tail)

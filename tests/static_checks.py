@@ -213,8 +213,13 @@ def returned_dict_keys(source: str, function: str) -> set[str]:
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.FunctionDef) and node.name == function:
             for inner in ast.walk(node):
-                if isinstance(inner, ast.Return) and isinstance(inner.value, ast.Dict):
-                    keys |= {k.value for k in inner.value.keys if isinstance(k, ast.Constant)}
+                if not isinstance(inner, ast.Return):
+                    continue
+                value = inner.value
+                branches = [value.body, value.orelse] if isinstance(value, ast.IfExp) else [value]
+                for branch in branches:
+                    if isinstance(branch, ast.Dict):
+                        keys |= {k.value for k in branch.keys if isinstance(k, ast.Constant)}
     return keys
 
 

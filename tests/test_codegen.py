@@ -61,9 +61,9 @@ def test_manifest_is_versioned_and_hashes_every_file(tmp_path):
 
 
 def test_compile_of_a_workload_not_generated_yet_is_a_clear_error(tmp_path):
-    result = run_cli("compile", "specs/beluga-infer.bench", "-o", str(tmp_path), cwd=REPO)
+    result = run_cli("compile", "specs/sd3-infer.bench", "-o", str(tmp_path), cwd=REPO)
     assert result.code == 2
-    assert "generates training programs" in result.err and "Traceback" not in result.err
+    assert "does not generate SD3 pipeline inference" in result.err and "Traceback" not in result.err
     assert not any(tmp_path.iterdir())  # nothing half-written
 
 
@@ -106,10 +106,15 @@ def _ruff(*args, cwd):
         ("llama:cpu", True, []),
         ("llama:gaudi2", False, []),
         ("llama:h100", False, ["train.attention=eager", "parallel.sharding=none"]),
+        ("generate:cpu", True, []),
+        ("generate:gaudi2", False, []),
+        ("generate:h100", False, ["infer.compile=true"]),
     ],
 )
 def test_generated_programs_are_formatted_and_lint_clean(tmp_path, target, smoke, overrides):
-    if target.startswith("llama:"):
+    if target.startswith("generate:"):
+        files = spec_files("beluga-infer.bench", target.split(":")[1], smoke=smoke, overrides=overrides)
+    elif target.startswith("llama:"):
         files = spec_files("beluga-train.bench", target.split(":")[1], smoke=smoke, overrides=overrides)
     else:
         files = s1_files(target, smoke=smoke, overrides=overrides)

@@ -34,10 +34,15 @@ VARIANTS = [
     ("llama:gaudi2", []),
     ("llama:h100", []),
     ("llama:a100", ["train.attention=eager", "parallel.sharding=none"]),
+    ("generate:gaudi2", []),
+    ("generate:h100", []),
+    ("generate:a100", ["infer.compile=true", "infer.kv_cache=dynamic"]),
 ]
 
 
 def _program(target, overrides):
+    if target.startswith("generate:"):
+        return spec_files("beluga-infer.bench", target.split(":")[1], overrides=overrides)["bench.py"]
     if target.startswith("llama:"):
         return spec_files("beluga-train.bench", target.split(":")[1], overrides=overrides)["bench.py"]
     return s1_files(target, overrides=overrides)["bench.py"]
@@ -48,6 +53,23 @@ def test_calls_bind_to_the_installed_libraries(target, overrides):
     report = check_program(_program(target, overrides))
     assert report.problems == []
     checked = set(report.checked)
+    must = {
+        "torch.autocast",
+        "torch.distributed.init_process_group",
+        "torch.nn.parallel.DistributedDataParallel",
+    }
+    if target.startswith("generate:"):
+        must = {
+            "transformers.LlamaForCausalLM",
+            "transformers.LlamaConfig",
+            "torch.distributed.tensor.parallel.parallelize_module",
+            "torch.distributed.device_mesh.init_device_mesh",
+        }
+        if "gaudi" in target:
+            must |= {"deepspeed.init_inference",
+                     "optimum.habana.transformers.modeling_utils.adapt_transformers_to_gaudi"}  # fmt: skip
+        assert must <= checked
+        return
     must = {
         "torch.autocast",
         "torch.distributed.init_process_group",
@@ -76,6 +98,8 @@ def test_calls_bind_to_the_installed_libraries(target, overrides):
 @pytest.mark.parametrize("target, overrides", VARIANTS)
 def test_keyword_arguments_passed_through_tables_and_dicts_exist(target, overrides):
     program = _program(target, overrides)
+    if target.startswith("generate:"):
+        return  # test_generation_options_exist covers the inference programs
     namespace: dict = {}
     plan_literal = re.search(r"^PLAN = (\{.*?^\})$", program, flags=re.M | re.S).group(1)
     exec(compile(f"PLAN = {plan_literal}", "<plan>", "exec"), namespace)  # a literal only
@@ -158,3 +182,37 @@ def test_gaudi_llama_forward_options_exist_in_optimum_habana():
         "optimum.habana.transformers.models.llama.modeling_llama.GaudiLlamaForCausalLM.forward"
     )
     assert options <= set(forward.parameters)
+
+
+@pytest.mark.parametrize("target", ["gaudi2", "h100"])
+def test_generation_options_exist(target):
+    """generate() options and DeepSpeed inference settings are real names in the installed
+    transformers / optimum-habana (source) / DeepSpeed."""
+    from deepspeed.inference.config import DeepSpeedInferenceConfig
+    from static_checks import _source_signature, returned_dict_keys
+    from transformers import GenerationConfig
+
+    program = _program(f"generate:{target}", [])
+    options = returned_dict_keys(program, "generate_options")
+    if target == "gaudi2":
+        generate = _source_signature(
+            "optimum.habana.transformers.generation.utils.GaudiGenerationMixin.generate"
+        )
+        config_source = (
+            Path(importlib_path("optimum")) / "habana/transformers/generation/configuration_utils.py"
+        ).read_text()
+        gaudi_fields = set(re.findall(r"self\.(\w+) = kwargs\.get", config_source))
+        assert options <= set(generate.parameters) | gaudi_fields
+        assert {"static_shapes", "ignore_eos", "hpu_graphs"} <= options
+        for name in ("dtype", "tensor_parallel", "injection_policy"):
+            assert name in DeepSpeedInferenceConfig.model_fields
+        assert "injection_policy={LlamaDecoderLayer:" in program.replace("\n", "")
+    else:
+        assert options == {"cache_implementation"}
+        assert hasattr(GenerationConfig(), "cache_implementation")
+
+
+def importlib_path(package: str) -> str:
+    import importlib.util
+
+    return next(iter(importlib.util.find_spec(package).submodule_search_locations))

@@ -101,3 +101,43 @@ def test_llama_training_loss_falls_under_fsdp_with_two_processes(tmp_path):
     assert metrics["throughput"]["job"] == pytest.approx(
         global_batch * seq_len * len(measured) / sum(measured)
     )
+
+
+def test_llama_inference_tokens_equal_transformers_greedy_generate(tmp_path):
+    """S5 shrunk: tensor parallel over 2 processes (DTensor), static KV cache; the first
+    sequence's tokens equal transformers' own greedy generate of the same tiny model, prompt
+    and seed in one process with a dynamic cache."""
+    import ast
+
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    result = run_cli("compile", "specs/beluga-infer.bench", "--smoke", "--set", "infer.precision=fp32",
+                     "-o", str(tmp_path), cwd=REPO)  # fmt: skip
+    assert result.code == 0, result.err
+    point = tmp_path / "beluga_70b_infer" / "cpu" / "default-smoke"
+    env = {**os.environ, "PYTHON": sys.executable}
+    proc = subprocess.run(["bash", str(point / "launch.sh")], capture_output=True, text=True, env=env,
+                          timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    metrics = json.loads((point / "metrics.json").read_text())
+    jsonschema.validate(metrics, metrics_schema())
+    program = ast.parse((point / "bench.py").read_text())
+    plan = next(ast.literal_eval(n.value) for n in program.body
+                if isinstance(n, ast.Assign) and n.targets[0].id == "PLAN")  # fmt: skip
+    assert plan["parallel"]["tensor"] == 2 and plan["infer"]["kv_cache"] == "static"
+    run = plan["infer"]
+
+    torch.manual_seed(run["seed"])  # the program's order: weights first, then the prompt
+    model = LlamaForCausalLM(LlamaConfig(**plan["model"]["config"])).eval()
+    prompt = torch.randint(0, plan["model"]["config"]["vocab_size"], (run["batch"], run["input_tokens"]))
+    with torch.no_grad():
+        reference = model.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt),
+                                   max_new_tokens=run["output_tokens"], min_new_tokens=run["output_tokens"],
+                                   do_sample=False, pad_token_id=0)  # fmt: skip
+    expected = reference[0, run["input_tokens"] :].tolist()
+    generation = metrics["generation"]
+    assert generation["first_sequence"] == expected
+    assert len(expected) == run["output_tokens"] == generation["output_tokens"]
+    assert generation["ttft_s"] > 0 and generation["tpot_s"] > 0
+    assert metrics["throughput"]["unit"] == "output tokens/s"

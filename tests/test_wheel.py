@@ -42,7 +42,7 @@ def test_wheel_contains_grammar_schema_and_package(installed):
     assert "benchc/grammar/bench.lark" in names
     assert "benchc/validate/bench.schema.json" in names
     assert "benchc/schemas/metrics.schema.json" in names
-    assert {"benchc/templates/train.py.j2", "benchc/templates/launch.sh.j2"} <= names
+    assert {"benchc/templates/program.py.j2", "benchc/templates/launch.sh.j2"} <= names
     assert "benchc/cli.py" in names
 
 

@@ -28,6 +28,9 @@ HABANA_SYMBOLS: dict[str, str] = {
     "habana_frameworks.torch.hpu.get_device_name": (
         f"{OPTIMUM_HABANA}: optimum/habana/transformers/models/wav2vec2/modeling_wav2vec2.py"
     ),
+    "habana_frameworks.torch.hpu.wrap_in_hpu_graph": (
+        f"{OPTIMUM_HABANA}: optimum/habana/transformers/models/blip/modeling_blip.py"
+    ),
     "habana_frameworks.torch.hpu.reset_peak_memory_stats": (
         "Habana's PyTorch memory API, which mirrors torch.cuda's; not used by optimum-habana, "
         "so not cross-checked here"

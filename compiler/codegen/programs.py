@@ -13,7 +13,7 @@ import jinja2
 
 from .. import __version__
 from ..diagnostics import Diagnostic
-from ..plan.types import LlamaModel, MMDiTModel, Plan, TrainWorkload
+from ..plan.types import LlamaModel, MMDiTModel, Plan, SD3Pipeline, TrainWorkload
 from .environment import environment
 
 MANIFEST_VERSION = 1
@@ -21,27 +21,31 @@ METRICS_SCHEMA_VERSION = 1
 PROGRAM = "bench.py"
 LAUNCHER = "launch.sh"
 MANIFEST = "manifest.json"
-UNITS = {"images_per_s": "images/s", "tokens_per_s": "tokens/s"}
+UNITS = {"images_per_s": "images/s", "tokens_per_s": "tokens/s", "output_tokens_per_s": "output tokens/s",
+         "ttft_s": "output tokens/s", "tpot_s": "output tokens/s"}  # fmt: skip
 
 
 def unsupported(plan: Plan) -> list[Diagnostic]:
     """What this release cannot generate yet, said plainly (not a mistake in the spec)."""
     where = f"{plan.spec.path}: {plan.experiment} / {plan.target.name}"
     problems = []
-    if not isinstance(plan.workload, TrainWorkload):
+    if isinstance(plan.model, SD3Pipeline):
         problems.append(
-            f"{where}: benchc {__version__} generates training programs (S1, S2, S4) only; "
-            f"{plan.model.kind} {plan.workload.kind} is planned but not generated yet"
+            f"{where}: benchc {__version__} does not generate SD3 pipeline inference (S3) yet; "
+            "MMDiT and Llama training (S1, S2, S4) and Llama inference (S5) are generated"
         )
     if plan.workload.precision == "fp8":
         problems.append(f"{where}: fp8 training programs are not generated yet (they need "
                         "Transformer Engine on CUDA or Intel Neural Compressor on Gaudi)")  # fmt: skip
     p = plan.parallel
-    if p.tensor > 1 or p.pipeline > 1:
-        problems.append(f"{where}: tensor and pipeline parallel MMDiT training is not generated yet")
+    training = isinstance(plan.workload, TrainWorkload)
+    if p.pipeline > 1 or (p.tensor > 1 and training):
+        problems.append(f"{where}: pipeline parallel, and tensor parallel training, are not generated yet")
     if p.sharding not in ("none", "fsdp"):
         problems.append(f"{where}: sharding = {p.sharding} (DeepSpeed) is not generated yet; "
                         "sharding = fsdp (FSDP2) is")  # fmt: skip
+    if not training and p.data > 1:
+        problems.append(f"{where}: data-parallel inference (replicas) is not generated yet")
     if isinstance(plan.model, LlamaModel) and plan.workload.attention == "xformers":
         problems.append(f"{where}: xformers attention is generated for MMDiT only")
     return [
@@ -73,7 +77,7 @@ def _mmdit_model(model: MMDiTModel, work: TrainWorkload) -> dict:
     }
 
 
-def _llama_model(model: LlamaModel, work: TrainWorkload, family: str) -> dict:
+def _llama_model(model: LlamaModel, work, family: str) -> dict:
     # Gaudi's Llama runs its own attention (FusedSDPA via forward options); elsewhere the
     # spec's kernel picks transformers' implementation, and the adapter narrows SDPA.
     eager = family == "hpu" or work.attention == "eager"
@@ -94,13 +98,27 @@ def _llama_model(model: LlamaModel, work: TrainWorkload, family: str) -> dict:
     }
 
 
-def program_settings(plan: Plan) -> dict:
-    """The PLAN literal of the program: what its core reads, nothing target-specific in code."""
-    model, work = plan.model, plan.workload
-    if isinstance(model, LlamaModel):
-        model_settings, items = _llama_model(model, work, plan.target.family), work.seq_len
-    else:
-        model_settings, items = _mmdit_model(model, work), 1
+def _infer_settings(plan: Plan) -> dict:
+    work = plan.workload
+    return {
+        "infer": {
+            "precision": work.precision,
+            "attention": work.attention,
+            "batch": work.batch,
+            "steps": work.steps,
+            "warmup": work.warmup,
+            "compile": work.compile,
+            "graphs": work.graphs,
+            "seed": work.seed,
+            "input_tokens": work.input_tokens,
+            "output_tokens": work.output_tokens,
+            "kv_cache": work.kv_cache,
+        },
+        "flops_per_sample": plan.cost.forward_flops_per_sample if plan.cost else None,
+    }
+
+
+def _common_settings(plan: Plan, model_settings: dict, items_per_sample: int) -> dict:
     return {
         "experiment": plan.experiment,
         "description": plan.description,
@@ -112,12 +130,26 @@ def program_settings(plan: Plan) -> dict:
         "spec_sha256": plan.spec.sha256,
         "compiler": f"benchc {__version__}",
         "metrics_schema_version": METRICS_SCHEMA_VERSION,
-        "workload": work.kind,
+        "workload": plan.workload.kind,
         "metric": plan.measure.metric,
         "unit": UNITS.get(plan.measure.metric, plan.measure.metric),
-        "items_per_sample": items,  # 1 image, or seq_len tokens, per sample
+        "items_per_sample": items_per_sample,  # 1 image, or seq_len tokens, per sample
         "world_size": plan.cluster.world_size,
         "model": model_settings,
+        "parallel": {
+            "data": plan.parallel.data,
+            "tensor": plan.parallel.tensor,
+            "sharding": plan.parallel.sharding,
+            "activation_checkpointing": plan.parallel.activation_checkpointing,
+        },
+        "params": plan.cost.params if plan.cost else None,
+        "peak_flops_per_device": plan.target.peak_flops(plan.workload.precision),
+    }
+
+
+def _train_settings(plan: Plan) -> dict:
+    work = plan.workload
+    return {
         "train": {
             "precision": work.precision,
             "attention": work.attention,
@@ -133,15 +165,71 @@ def program_settings(plan: Plan) -> dict:
             "latent_size": work.latent_size,
             "seq_len": work.seq_len,
         },
-        "parallel": {
-            "data": plan.parallel.data,
-            "sharding": plan.parallel.sharding,
-            "activation_checkpointing": plan.parallel.activation_checkpointing,
-        },
-        "params": plan.cost.params if plan.cost else None,
         "train_flops_per_sample": plan.cost.train_flops_per_sample if plan.cost else None,
-        "peak_flops_per_device": plan.target.peak_flops(work.precision),
     }
+
+
+def program_settings(plan: Plan) -> dict:
+    """The PLAN literal of the program: what its core reads, nothing target-specific in code."""
+    model, work = plan.model, plan.workload
+    family = plan.target.family
+    if not isinstance(work, TrainWorkload):
+        return {**_common_settings(plan, _llama_model(model, work, family), 1), **_infer_settings(plan)}
+    if isinstance(model, LlamaModel):
+        common = _common_settings(plan, _llama_model(model, work, family), work.seq_len)
+    else:
+        common = _common_settings(plan, _mmdit_model(model, work), 1)
+    return {**common, **_train_settings(plan)}
+
+
+def import_lines(family: str, kind: str, workload: str) -> list[str]:
+    """The third-party imports of a program, sorted and laid out as ruff (isort) wants them."""
+    plain = {"import torch", "import torch.distributed as dist"}
+    names: dict[str, set[str]] = {}
+
+    def need(module: str, *items: str) -> None:
+        names.setdefault(module, set()).update(items)
+
+    if family == "hpu":
+        plain |= {"import habana_frameworks.torch.core as htcore",
+                  "import habana_frameworks.torch.distributed.hccl",
+                  "import habana_frameworks.torch.hpu as hthpu"}  # fmt: skip
+    else:
+        need("torch.nn.attention", "SDPBackend", "sdpa_kernel")
+    if kind == "mmdit":
+        need("diffusers", "SD3Transformer2DModel")
+    if kind == "llama":
+        need("transformers", "LlamaConfig", "LlamaForCausalLM")
+        if family == "hpu":
+            need("optimum.habana.transformers.modeling_utils", "adapt_transformers_to_gaudi")
+    if workload == "train":
+        need("torch.distributed.fsdp", "fully_shard")
+        need("torch.nn.parallel", "DistributedDataParallel")
+        if family == "hpu":
+            need("habana_frameworks.torch.hpex.normalization", "FusedClipNorm")
+            need("habana_frameworks.torch.hpex.optimizers", "FusedAdamW")
+    else:
+        need("transformers.generation.streamers", "BaseStreamer")
+        # the core's tensor_parallel (DTensor); Gaudi's adapter uses DeepSpeed instead
+        need("torch.distributed.device_mesh", "init_device_mesh")
+        need("torch.distributed.tensor.parallel", "ColwiseParallel", "RowwiseParallel",
+             "parallelize_module")  # fmt: skip
+    noqa = "  # noqa: E402" if family == "hpu" else ""  # after os.environ.setdefault
+    lines = []
+    for line in sorted(plain):
+        suffix = noqa + ', F401 (registers "hccl")' if line.endswith(".hccl") else noqa
+        lines.append(line + suffix)
+    for module in sorted(names):
+        # isort's order: constants, classes, then functions (case-sensitive)
+        items = sorted(names[module], key=lambda n: (not n.isupper(), not n[0].isupper(), n))
+        line = f"from {module} import {', '.join(items)}"
+        if len(line + noqa) <= 88:
+            lines.append(line + noqa)
+        else:
+            lines.append(f"from {module} import ({noqa}")
+            lines += [f"    {item}," for item in items]
+            lines.append(")")
+    return lines
 
 
 def _hpu_mode(plan: Plan) -> dict:
@@ -157,26 +245,30 @@ def _hpu_mode(plan: Plan) -> dict:
 
 
 def render_program(plan: Plan, env: jinja2.Environment | None = None) -> str:
-    family, kind = plan.target.family, plan.model.kind
+    family, kind, workload = plan.target.family, plan.model.kind, plan.workload.kind
     what = {"mmdit": "MMDiT", "llama": "Llama"}[kind]
+    measured = "training throughput" if workload == "train" else "generation throughput and latency"
     title = (
         f"{plan.experiment} on {plan.target.name}, point {plan.point}"
-        f"{' (smoke)' if plan.smoke else ''}: {what} training throughput."
+        f"{' (smoke)' if plan.smoke else ''}: {what} {measured}."
     )
     context = {
         "title": title,
         "version": __version__,
         "family": family,
         "kind": kind,
+        "workload": plan.workload.kind,
+        "imports": import_lines(family, kind, plan.workload.kind),
         "model_core": f"model_{kind}.py.j2",
-        "entry": "train",
+        "core": "core_train.py.j2" if workload == "train" else "core_generate.py.j2",
+        "entry": "train" if workload == "train" else "generate_benchmark",
         "plan": program_settings(plan),
         "metrics_version": METRICS_SCHEMA_VERSION,
         "extra_requirements": (" and transformers" if kind == "llama" else " and diffusers")
         + (",\nhabana_frameworks and optimum-habana" if family == "hpu" else ""),
         **_hpu_mode(plan),
     }
-    return (env or environment()).get_template("train.py.j2").render(context)
+    return (env or environment()).get_template("program.py.j2").render(context)
 
 
 def render_launcher(plan: Plan, env: jinja2.Environment | None = None) -> str:

@@ -108,3 +108,16 @@ def llama_cost(hidden: int, layers: int, heads: int, kv_heads: int, intermediate
     forward = 2.0 * matmul * seq_len + layers * 4.0 * seq_len * seq_len * hidden
     params = llama_params(hidden, layers, heads, kv_heads, intermediate, vocab)
     return ModelCost(params, forward, 3.0 * forward)
+
+
+def llama_generate_flops(hidden: int, layers: int, heads: int, kv_heads: int, intermediate: int,
+                         vocab: int, input_tokens: int, output_tokens: int) -> float:  # fmt: skip
+    """Forward FLOPs to prefill `input_tokens` and generate `output_tokens` with a KV cache:
+    every token costs 2 x the matmul weights, and attends to all tokens before it
+    (4 L h x context)."""
+    head_dim = hidden // heads
+    matmul = layers * (2 * hidden * hidden + 2 * hidden * kv_heads * head_dim + 3 * hidden * intermediate)
+    matmul += vocab * hidden
+    tokens = input_tokens + output_tokens - 1  # the last generated token is not fed back
+    context = input_tokens * input_tokens + sum(input_tokens + t for t in range(1, output_tokens))
+    return 2.0 * matmul * tokens + 4.0 * layers * hidden * context

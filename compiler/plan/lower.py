@@ -14,7 +14,7 @@ from ..catalog.presets import PRESETS
 from ..catalog.targets import Target
 from ..diagnostics import BenchError, Diagnostic, choices_hint
 from ..frontend.document import Document
-from .flops import ModelCost, llama_cost, mmdit_cost
+from .flops import ModelCost, llama_cost, llama_generate_flops, llama_params, mmdit_cost
 from .types import (
     Cluster,
     InferWorkload,
@@ -323,6 +323,10 @@ def _cost(model, workload) -> ModelCost | None:
     if isinstance(model, LlamaModel) and isinstance(workload, TrainWorkload):
         return llama_cost(model.hidden, model.layers, model.heads, model.kv_heads, model.intermediate,
                           model.vocab, workload.seq_len)  # fmt: skip
+    if isinstance(model, LlamaModel) and workload.input_tokens:
+        shape = (model.hidden, model.layers, model.heads, model.kv_heads, model.intermediate, model.vocab)
+        forward = llama_generate_flops(*shape, workload.input_tokens, workload.output_tokens)
+        return ModelCost(llama_params(*shape), forward, forward)
     if isinstance(model, MMDiTModel) and workload.image_tokens:
         return mmdit_cost(
             model.depth, model.hidden, model.patch, model.in_channels, model.joint_attention_dim,

@@ -37,6 +37,8 @@ class Row:
     peak_memory_bytes: int | None
     mfu: float | None
     world_size: int
+    ttft_s: float | None  # generation: time to first token (median over trials)
+    tpot_s: float | None  # generation: time per output token after the first
     references: tuple[Reference, ...]
     run_ids: tuple[str, ...]
     ratio: float | None = None  # to the baseline target at this point
@@ -57,6 +59,11 @@ def _median(values):
     ordered = sorted(values)
     middle = len(ordered) // 2
     return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def _median_or_none(values: list) -> float | None:
+    present = [v for v in values if v is not None]
+    return _median(present) if present else None
 
 
 def _natural(point_values: dict) -> tuple:
@@ -102,6 +109,8 @@ def sections(runs: list[RunRecord], baseline: str | None = None) -> list[Section
                 peak_memory_bytes=max(memory) if memory else None,
                 mfu=_median(mfus) if mfus else None,
                 world_size=metrics[-1]["world_size"],
+                ttft_s=_median_or_none([(m.get("generation") or {}).get("ttft_s") for m in metrics]),
+                tpot_s=_median_or_none([(m.get("generation") or {}).get("tpot_s") for m in metrics]),
                 references=refs,
                 run_ids=tuple(t.id for t in ok),
             )  # fmt: skip

@@ -13,6 +13,10 @@ def _number(value: float | None, digits: int = 1) -> str:
     return f"{value:,.{digits}f}"
 
 
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1e3
+
+
 def _throughput(row: Row) -> str:
     s = row.throughput
     text = _number(s.median)
@@ -34,12 +38,16 @@ def table(section: Section) -> tuple[list[str], list[list[str]]]:
     header = ["point", "target", f"throughput ({section.rows[0].unit})" if section.rows else "throughput",
               "per device", f"vs {base}" if base else "ratio", "step p50 (ms)", "step p90 (ms)",
               "peak memory (GiB)", "MFU", "trials", "reference"]  # fmt: skip
+    generation = any(r.ttft_s is not None for r in section.rows)
+    if generation:
+        header[7:7] = ["TTFT (ms)", "TPOT (ms)"]
     rows = []
     for row in section.rows:
+        latency = [_number(_ms(row.ttft_s)), _number(_ms(row.tpot_s), 2)] if generation else []
         rows.append([
             row.point, row.target, _throughput(row), _number(row.per_device),
             f"{row.ratio:.2f}x" if row.ratio is not None else "-",
-            _number(row.step_p50 * 1e3), _number(row.step_p90 * 1e3),
+            _number(row.step_p50 * 1e3), _number(row.step_p90 * 1e3), *latency,
             _number(row.peak_memory_bytes / 2**30, 2) if row.peak_memory_bytes is not None else "-",
             f"{row.mfu:.1%}" if row.mfu is not None else "-",
             str(row.throughput.n), _reference(row),

@@ -11,7 +11,7 @@ import re
 import sys
 import time
 
-STEP_LINE = re.compile(r"step (\d+)/(\d+) loss (\S+) time ([0-9.]+)s(.*)")
+STEP_LINE = re.compile(r"step (\d+)/(\d+)(?: loss (\S+))? time ([0-9.]+)s(.*)")
 
 
 class Progress:
@@ -51,7 +51,7 @@ class Progress:
             f"{self.samples / float(seconds):,.1f} {self.unit}" if self.samples and float(seconds) > 0 else ""
         )
         phase = " warmup" if "warmup" in rest else ""
-        status = f"step {step}/{total}{phase}  {rate}  loss {loss}"
+        status = f"step {step}/{total}{phase}  {rate}" + (f"  loss {loss}" if loss else "")
         if self._rich is not None:
             self._rich.update(self._task, total=int(total), completed=int(step), status=status)
         else:

@@ -79,6 +79,14 @@ PLAN = {
             "qk_norm": None,
         },
     },
+    "parallel": {
+        "data": 16,
+        "tensor": 1,
+        "sharding": "none",
+        "activation_checkpointing": False,
+    },
+    "params": 2028328000,
+    "peak_flops_per_device": 432000000000000.0,
     "train": {
         "precision": "bf16",
         "attention": "fused",
@@ -100,14 +108,7 @@ PLAN = {
         "latent_size": 32,
         "seq_len": None,
     },
-    "parallel": {
-        "data": 16,
-        "sharding": "none",
-        "activation_checkpointing": False,
-    },
-    "params": 2028328000,
     "train_flops_per_sample": 1736469577728.0,
-    "peak_flops_per_device": 432000000000000.0,
 }
 
 
@@ -240,11 +241,6 @@ def enable_activation_checkpointing(model) -> None:
 
 
 DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
-TORCH_OPTIMIZERS = {
-    "adamw": torch.optim.AdamW,
-    "adam": torch.optim.Adam,
-    "sgd": torch.optim.SGD,
-}
 LIBRARIES = (
     "torch",
     "diffusers",
@@ -267,18 +263,6 @@ def distributed_env() -> tuple[int, int, int]:
         size = int(env["OMPI_COMM_WORLD_SIZE"])
         return rank, size, int(env["OMPI_COMM_WORLD_LOCAL_RANK"])
     return 0, 1, 0
-
-
-def wrap_parallel(model, device, parallel: dict, world: int):
-    """Data parallel by DDP, or sharded by FSDP2 (fully_shard per block, then root)."""
-    if world == 1:
-        return model
-    if parallel["sharding"] == "fsdp":
-        for block in transformer_blocks(model):
-            fully_shard(block)
-        fully_shard(model)
-        return model
-    return DistributedDataParallel(model, **device.ddp_options())
 
 
 def percentile(sorted_values: list, fraction: float) -> float:
@@ -310,6 +294,25 @@ def write_json(path: str, payload: dict) -> None:
         json.dump(payload, stream, indent=2, sort_keys=True)
         stream.write("\n")
     os.replace(temporary, path)
+
+
+TORCH_OPTIMIZERS = {
+    "adamw": torch.optim.AdamW,
+    "adam": torch.optim.Adam,
+    "sgd": torch.optim.SGD,
+}
+
+
+def wrap_parallel(model, device, parallel: dict, world: int):
+    """Data parallel by DDP, or sharded by FSDP2 (fully_shard per block, then root)."""
+    if world == 1:
+        return model
+    if parallel["sharding"] == "fsdp":
+        for block in transformer_blocks(model):
+            fully_shard(block)
+        fully_shard(model)
+        return model
+    return DistributedDataParallel(model, **device.ddp_options())
 
 
 def train(metrics: dict, started: float) -> None:
