@@ -61,9 +61,10 @@ def test_manifest_is_versioned_and_hashes_every_file(tmp_path):
 
 
 def test_compile_of_a_workload_not_generated_yet_is_a_clear_error(tmp_path):
-    result = run_cli("compile", "specs/sd3-infer.bench", "-o", str(tmp_path), cwd=REPO)
+    result = run_cli("compile", "specs/sd3.bench", "--set", "parallel.tensor=2", "--set", "parallel.data=8",
+                     "-o", str(tmp_path), cwd=REPO)  # fmt: skip
     assert result.code == 2
-    assert "does not generate SD3 pipeline inference" in result.err and "Traceback" not in result.err
+    assert "tensor parallel training" in result.err and "Traceback" not in result.err
     assert not any(tmp_path.iterdir())  # nothing half-written
 
 
@@ -109,10 +110,15 @@ def _ruff(*args, cwd):
         ("generate:cpu", True, []),
         ("generate:gaudi2", False, []),
         ("generate:h100", False, ["infer.compile=true"]),
+        ("pipeline:cpu", True, []),
+        ("pipeline:gaudi2", False, []),
+        ("pipeline:a100", False, ["infer.compile=true"]),
     ],
 )
 def test_generated_programs_are_formatted_and_lint_clean(tmp_path, target, smoke, overrides):
-    if target.startswith("generate:"):
+    if target.startswith("pipeline:"):
+        files = spec_files("sd3-infer.bench", target.split(":")[1], smoke=smoke, overrides=overrides)
+    elif target.startswith("generate:"):
         files = spec_files("beluga-infer.bench", target.split(":")[1], smoke=smoke, overrides=overrides)
     elif target.startswith("llama:"):
         files = spec_files("beluga-train.bench", target.split(":")[1], smoke=smoke, overrides=overrides)

@@ -37,10 +37,14 @@ VARIANTS = [
     ("generate:gaudi2", []),
     ("generate:h100", []),
     ("generate:a100", ["infer.compile=true", "infer.kv_cache=dynamic"]),
+    ("pipeline:gaudi2", []),
+    ("pipeline:h100", ["infer.compile=true"]),
 ]
 
 
 def _program(target, overrides):
+    if target.startswith("pipeline:"):
+        return spec_files("sd3-infer.bench", target.split(":")[1], overrides=overrides)["bench.py"]
     if target.startswith("generate:"):
         return spec_files("beluga-infer.bench", target.split(":")[1], overrides=overrides)["bench.py"]
     if target.startswith("llama:"):
@@ -53,11 +57,18 @@ def test_calls_bind_to_the_installed_libraries(target, overrides):
     report = check_program(_program(target, overrides))
     assert report.problems == []
     checked = set(report.checked)
-    must = {
-        "torch.autocast",
-        "torch.distributed.init_process_group",
-        "torch.nn.parallel.DistributedDataParallel",
-    }
+    if target.startswith("pipeline:"):
+        must = {
+            "diffusers.SD3Transformer2DModel",
+            "diffusers.AutoencoderKL",
+            "diffusers.FlowMatchEulerDiscreteScheduler",
+            "transformers.T5EncoderModel",
+            "transformers.CLIPTextModelWithProjection",
+        }
+        if "gaudi" in target:
+            must.add("optimum.habana.transformers.gaudi_configuration.GaudiConfig")
+        assert must <= checked
+        return
     if target.startswith("generate:"):
         must = {
             "transformers.LlamaForCausalLM",
@@ -98,8 +109,8 @@ def test_calls_bind_to_the_installed_libraries(target, overrides):
 @pytest.mark.parametrize("target, overrides", VARIANTS)
 def test_keyword_arguments_passed_through_tables_and_dicts_exist(target, overrides):
     program = _program(target, overrides)
-    if target.startswith("generate:"):
-        return  # test_generation_options_exist covers the inference programs
+    if target.startswith(("generate:", "pipeline:")):
+        return  # test_generation_options_exist and test_pipeline_classes cover these
     namespace: dict = {}
     plan_literal = re.search(r"^PLAN = (\{.*?^\})$", program, flags=re.M | re.S).group(1)
     exec(compile(f"PLAN = {plan_literal}", "<plan>", "exec"), namespace)  # a literal only
@@ -216,3 +227,42 @@ def importlib_path(package: str) -> str:
     import importlib.util
 
     return next(iter(importlib.util.find_spec(package).submodule_search_locations))
+
+
+@pytest.mark.parametrize("target", ["gaudi2", "h100"])
+def test_pipeline_classes_and_options_exist(target):
+    """The SD3 pipeline each target builds takes the components and options given to it; the
+    component configs are real keyword arguments of the real config classes."""
+    from diffusers import AutoencoderKL, StableDiffusion3Pipeline
+    from static_checks import _source_signature
+    from transformers import CLIPTextConfig, T5Config
+
+    from benchc.catalog.sd3_components import FULL, SMOKE
+
+    components = {"transformer", "scheduler", "vae", "text_encoder", "tokenizer", "text_encoder_2",
+                  "tokenizer_2", "text_encoder_3", "tokenizer_3"}  # fmt: skip
+    program = _program(f"pipeline:{target}", [])
+    options = returned_dict_keys(program, "pipeline_options")
+    if target == "gaudi2":
+        signature = _source_signature(
+            "optimum.habana.diffusers.pipelines.stable_diffusion_3.pipeline_stable_diffusion_3."
+            "GaudiStableDiffusion3Pipeline"
+        )
+        assert options == {"use_habana", "use_hpu_graphs", "gaudi_config", "sdp_on_bf16"}
+        config_source = (
+            Path(importlib_path("optimum")) / "habana/transformers/gaudi_configuration.py"
+        ).read_text()
+        assert 'kwargs.pop("use_torch_autocast"' in config_source
+    else:
+        signature = inspect.signature(StableDiffusion3Pipeline.__init__)
+        assert options == set()
+    assert components | options <= set(signature.parameters)
+    call = inspect.signature(StableDiffusion3Pipeline.__call__).parameters
+    for name in ("prompt_embeds", "pooled_prompt_embeds", "negative_prompt_embeds",
+                 "negative_pooled_prompt_embeds", "num_inference_steps", "guidance_scale",
+                 "callback_on_step_end", "output_type", "height", "width"):  # fmt: skip
+        assert name in call
+    for parts in (FULL, SMOKE):
+        assert set(parts["clip_l"]) <= set(CLIPTextConfig().to_dict()) | {"hidden_act"}
+        assert set(parts["t5"]) <= set(T5Config().to_dict())
+        assert set(parts["vae"]) <= set(inspect.signature(AutoencoderKL.__init__).parameters)

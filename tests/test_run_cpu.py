@@ -141,3 +141,21 @@ def test_llama_inference_tokens_equal_transformers_greedy_generate(tmp_path):
     assert len(expected) == run["output_tokens"] == generation["output_tokens"]
     assert generation["ttft_s"] > 0 and generation["tpot_s"] > 0
     assert metrics["throughput"]["unit"] == "output tokens/s"
+
+
+def test_sd3_pipeline_makes_images_and_times_the_denoising_loop(tmp_path):
+    """S3 shrunk: the whole pipeline (tiny MMDiT, VAE, CLIP-L, CLIP-G, T5), one device."""
+    result = run_cli("compile", "specs/sd3-infer.bench", "--smoke", "-o", str(tmp_path), cwd=REPO)
+    assert result.code == 0, result.err
+    point = tmp_path / "sd3_large_infer" / "cpu" / "default-smoke"
+    env = {**os.environ, "PYTHON": sys.executable}
+    proc = subprocess.run(["bash", str(point / "launch.sh")], capture_output=True, text=True, env=env,
+                          timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    metrics = json.loads((point / "metrics.json").read_text())
+    jsonschema.validate(metrics, metrics_schema())
+    pipeline = metrics["pipeline"]
+    assert pipeline["resolution"] == 128 and pipeline["denoising_steps"] == 2
+    assert 0 < pipeline["denoise_s_per_image"] < pipeline["s_per_image"]
+    assert metrics["throughput"]["job"] == pytest.approx(1 / pipeline["s_per_image"], rel=0.5)
+    assert metrics["world_size"] == 1

@@ -12,6 +12,9 @@ import json
 import jinja2
 
 from .. import __version__
+from ..catalog.sd3_components import CLIP_TOKENS
+from ..catalog.sd3_components import FULL as FULL_PARTS
+from ..catalog.sd3_components import SMOKE as SMOKE_PARTS
 from ..diagnostics import Diagnostic
 from ..plan.types import LlamaModel, MMDiTModel, Plan, SD3Pipeline, TrainWorkload
 from .environment import environment
@@ -21,19 +24,22 @@ METRICS_SCHEMA_VERSION = 1
 PROGRAM = "bench.py"
 LAUNCHER = "launch.sh"
 MANIFEST = "manifest.json"
-UNITS = {"images_per_s": "images/s", "tokens_per_s": "tokens/s", "output_tokens_per_s": "output tokens/s",
-         "ttft_s": "output tokens/s", "tpot_s": "output tokens/s"}  # fmt: skip
+# inference programs: (core template, entry function) by model kind
+ENTRIES = {"llama": ("core_generate.py.j2", "generate_benchmark"),
+           "sd3": ("core_pipeline.py.j2", "pipeline_benchmark")}  # fmt: skip
+# The unit of a program's throughput, by the spec's headline metric (latency metrics are
+# reported beside the throughput: s/image, TTFT, TPOT).
+UNITS = {"images_per_s": "images/s", "s_per_image": "images/s", "tokens_per_s": "tokens/s",
+         "output_tokens_per_s": "output tokens/s", "ttft_s": "output tokens/s",
+         "tpot_s": "output tokens/s"}  # fmt: skip
 
 
 def unsupported(plan: Plan) -> list[Diagnostic]:
     """What this release cannot generate yet, said plainly (not a mistake in the spec)."""
     where = f"{plan.spec.path}: {plan.experiment} / {plan.target.name}"
     problems = []
-    if isinstance(plan.model, SD3Pipeline):
-        problems.append(
-            f"{where}: benchc {__version__} does not generate SD3 pipeline inference (S3) yet; "
-            "MMDiT and Llama training (S1, S2, S4) and Llama inference (S5) are generated"
-        )
+    if isinstance(plan.model, SD3Pipeline) and plan.cluster.world_size != 1:
+        problems.append(f"{where}: the SD3 pipeline benchmark runs on one device (world size 1)")
     if plan.workload.precision == "fp8":
         problems.append(f"{where}: fp8 training programs are not generated yet (they need "
                         "Transformer Engine on CUDA or Intel Neural Compressor on Gaudi)")  # fmt: skip
@@ -98,6 +104,20 @@ def _llama_model(model: LlamaModel, work, family: str) -> dict:
     }
 
 
+def _sd3_model(model: SD3Pipeline, work, smoke: bool) -> dict:
+    settings = _mmdit_model(model.transformer, work)
+    settings.update(
+        kind=model.kind,
+        weights=model.weights,
+        text_encoders=list(model.text_encoders),
+        clip_tokens=CLIP_TOKENS,
+        t5_tokens=model.t5_tokens,
+        parts=SMOKE_PARTS if smoke else FULL_PARTS,
+    )
+    del settings["text_tokens"]
+    return settings
+
+
 def _infer_settings(plan: Plan) -> dict:
     work = plan.workload
     return {
@@ -113,6 +133,9 @@ def _infer_settings(plan: Plan) -> dict:
             "input_tokens": work.input_tokens,
             "output_tokens": work.output_tokens,
             "kv_cache": work.kv_cache,
+            "resolution": work.resolution,
+            "denoising_steps": work.denoising_steps,
+            "guidance": work.guidance,
         },
         "flops_per_sample": plan.cost.forward_flops_per_sample if plan.cost else None,
     }
@@ -173,6 +196,8 @@ def program_settings(plan: Plan) -> dict:
     """The PLAN literal of the program: what its core reads, nothing target-specific in code."""
     model, work = plan.model, plan.workload
     family = plan.target.family
+    if isinstance(model, SD3Pipeline):
+        return {**_common_settings(plan, _sd3_model(model, work, plan.smoke), 1), **_infer_settings(plan)}
     if not isinstance(work, TrainWorkload):
         return {**_common_settings(plan, _llama_model(model, work, family), 1), **_infer_settings(plan)}
     if isinstance(model, LlamaModel):
@@ -184,7 +209,7 @@ def program_settings(plan: Plan) -> dict:
 
 def import_lines(family: str, kind: str, workload: str) -> list[str]:
     """The third-party imports of a program, sorted and laid out as ruff (isort) wants them."""
-    plain = {"import torch", "import torch.distributed as dist"}
+    plain = {"import torch"} if kind == "sd3" else {"import torch", "import torch.distributed as dist"}
     names: dict[str, set[str]] = {}
 
     def need(module: str, *items: str) -> None:
@@ -198,6 +223,15 @@ def import_lines(family: str, kind: str, workload: str) -> list[str]:
         need("torch.nn.attention", "SDPBackend", "sdpa_kernel")
     if kind == "mmdit":
         need("diffusers", "SD3Transformer2DModel")
+    if kind == "sd3":
+        need("diffusers", "AutoencoderKL", "FlowMatchEulerDiscreteScheduler", "SD3Transformer2DModel")
+        if family != "hpu":
+            need("diffusers", "StableDiffusion3Pipeline")
+        need("transformers", "CLIPTextConfig", "CLIPTextModelWithProjection", "T5Config", "T5EncoderModel")
+        if family == "hpu":
+            need("optimum.habana.diffusers.pipelines.stable_diffusion_3.pipeline_stable_diffusion_3",
+                 "GaudiStableDiffusion3Pipeline")  # fmt: skip
+            need("optimum.habana.transformers.gaudi_configuration", "GaudiConfig")
     if kind == "llama":
         need("transformers", "LlamaConfig", "LlamaForCausalLM")
         if family == "hpu":
@@ -208,7 +242,7 @@ def import_lines(family: str, kind: str, workload: str) -> list[str]:
         if family == "hpu":
             need("habana_frameworks.torch.hpex.normalization", "FusedClipNorm")
             need("habana_frameworks.torch.hpex.optimizers", "FusedAdamW")
-    else:
+    elif kind == "llama":
         need("transformers.generation.streamers", "BaseStreamer")
         # the core's tensor_parallel (DTensor); Gaudi's adapter uses DeepSpeed instead
         need("torch.distributed.device_mesh", "init_device_mesh")
@@ -246,8 +280,11 @@ def _hpu_mode(plan: Plan) -> dict:
 
 def render_program(plan: Plan, env: jinja2.Environment | None = None) -> str:
     family, kind, workload = plan.target.family, plan.model.kind, plan.workload.kind
-    what = {"mmdit": "MMDiT", "llama": "Llama"}[kind]
-    measured = "training throughput" if workload == "train" else "generation throughput and latency"
+    what = {"mmdit": "MMDiT", "llama": "Llama", "sd3": "SD3 pipeline"}[kind]
+    measured = {
+        "train": "training throughput",
+        "infer": "generation throughput and latency" if kind == "llama" else "seconds per image",
+    }[workload]
     title = (
         f"{plan.experiment} on {plan.target.name}, point {plan.point}"
         f"{' (smoke)' if plan.smoke else ''}: {what} {measured}."
@@ -260,11 +297,12 @@ def render_program(plan: Plan, env: jinja2.Environment | None = None) -> str:
         "workload": plan.workload.kind,
         "imports": import_lines(family, kind, plan.workload.kind),
         "model_core": f"model_{kind}.py.j2",
-        "core": "core_train.py.j2" if workload == "train" else "core_generate.py.j2",
-        "entry": "train" if workload == "train" else "generate_benchmark",
+        "core": "core_train.py.j2" if workload == "train" else ENTRIES[kind][0],
+        "entry": "train" if workload == "train" else ENTRIES[kind][1],
         "plan": program_settings(plan),
         "metrics_version": METRICS_SCHEMA_VERSION,
         "extra_requirements": (" and transformers" if kind == "llama" else " and diffusers")
+        + (" and transformers" if kind == "sd3" else "")
         + (",\nhabana_frameworks and optimum-habana" if family == "hpu" else ""),
         **_hpu_mode(plan),
     }

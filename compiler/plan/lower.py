@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..catalog.presets import PRESETS
+from ..catalog.sd3_components import CLIP_TOKENS
 from ..catalog.targets import Target
 from ..diagnostics import BenchError, Diagnostic, choices_hint
 from ..frontend.document import Document
@@ -323,6 +324,17 @@ def _cost(model, workload) -> ModelCost | None:
     if isinstance(model, LlamaModel) and isinstance(workload, TrainWorkload):
         return llama_cost(model.hidden, model.layers, model.heads, model.kv_heads, model.intermediate,
                           model.vocab, workload.seq_len)  # fmt: skip
+    if isinstance(model, SD3Pipeline) and workload.image_tokens:
+        # the transformer's FLOPs only (text encoders and VAE are not counted), per image:
+        # one forward per denoising step, two with classifier-free guidance
+        t = model.transformer
+        step = mmdit_cost(t.depth, t.hidden, t.patch, t.in_channels, t.joint_attention_dim,
+                          t.pooled_projection_dim, t.head_dim, t.qk_norm, workload.image_tokens,
+                          CLIP_TOKENS + model.t5_tokens)  # fmt: skip
+        passes = workload.denoising_steps * (2 if workload.classifier_free_guidance else 1)
+        return ModelCost(
+            step.params, step.forward_flops_per_sample * passes, step.forward_flops_per_sample * passes
+        )
     if isinstance(model, LlamaModel) and workload.input_tokens:
         shape = (model.hidden, model.layers, model.heads, model.kv_heads, model.intermediate, model.vocab)
         forward = llama_generate_flops(*shape, workload.input_tokens, workload.output_tokens)

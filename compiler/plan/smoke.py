@@ -1,7 +1,8 @@
 """`--smoke`: shrink a resolved variant to laptop size while keeping every code path.
 
 Same model kind, workload, precision, attention kernel, sharding, checkpointing and parallel
-*kinds* (data, tensor or pipeline parallel stay on, at degree 2), on 1 node x 2 processes,
+*kinds* (data, tensor or pipeline parallel stay on, at degree 2), on 1 node x 2 processes
+(1 process where the real benchmark runs on one device),
 with a tiny model, a few steps and a CPU-sized batch. Sweep points stay distinct where the
 swept value survives the shrink (a batch of 16 vs 32 becomes 2 vs 4).
 """
@@ -21,19 +22,21 @@ SMOKE_MAX_BATCH = 4
 
 def shrink(resolved: Resolved, real_grad_accum: int = 1) -> Resolved:
     """`real_grad_accum`: the accumulation of the real plan (which may derive it)."""
+    real_world = int(resolved.cluster["nodes"]) * int(resolved.cluster["devices_per_node"])
+    processes = SMOKE_PROCESSES if real_world > 1 else 1  # a one-device benchmark stays one
     r = dataclasses.replace(
         resolved,
         model=copy.deepcopy(resolved.model),
         workload=copy.deepcopy(resolved.workload),
-        cluster={"nodes": 1, "devices_per_node": SMOKE_PROCESSES},
+        cluster={"nodes": 1, "devices_per_node": processes},
         parallel=dict(resolved.parallel),
         measure={**resolved.measure, "repeat": 1, "timeout": 900},
     )
     # Parallel degrees: keep each kind of parallelism that the real run uses, at degree 2.
     tensor, pipeline = int(r.parallel["tensor"]), int(r.parallel["pipeline"])
-    r.parallel["tensor"] = SMOKE_PROCESSES if tensor > 1 else 1
-    r.parallel["pipeline"] = SMOKE_PROCESSES if pipeline > 1 and tensor == 1 else 1
-    r.parallel["data"] = SMOKE_PROCESSES // (r.parallel["tensor"] * r.parallel["pipeline"])
+    r.parallel["tensor"] = processes if tensor > 1 else 1
+    r.parallel["pipeline"] = processes if pipeline > 1 and tensor == 1 else 1
+    r.parallel["data"] = processes // (r.parallel["tensor"] * r.parallel["pipeline"])
 
     model = r.model
     if r.model_kind == "llama":

@@ -39,6 +39,8 @@ class Row:
     world_size: int
     ttft_s: float | None  # generation: time to first token (median over trials)
     tpot_s: float | None  # generation: time per output token after the first
+    s_per_image: float | None  # image pipelines: seconds per image, whole pipeline
+    denoise_s_per_image: float | None  # image pipelines: the denoising loop alone
     references: tuple[Reference, ...]
     run_ids: tuple[str, ...]
     ratio: float | None = None  # to the baseline target at this point
@@ -111,6 +113,10 @@ def sections(runs: list[RunRecord], baseline: str | None = None) -> list[Section
                 world_size=metrics[-1]["world_size"],
                 ttft_s=_median_or_none([(m.get("generation") or {}).get("ttft_s") for m in metrics]),
                 tpot_s=_median_or_none([(m.get("generation") or {}).get("tpot_s") for m in metrics]),
+                s_per_image=_median_or_none([(m.get("pipeline") or {}).get("s_per_image") for m in metrics]),
+                denoise_s_per_image=_median_or_none(
+                    [(m.get("pipeline") or {}).get("denoise_s_per_image") for m in metrics]
+                ),
                 references=refs,
                 run_ids=tuple(t.id for t in ok),
             )  # fmt: skip

@@ -39,11 +39,16 @@ def table(section: Section) -> tuple[list[str], list[list[str]]]:
               "per device", f"vs {base}" if base else "ratio", "step p50 (ms)", "step p90 (ms)",
               "peak memory (GiB)", "MFU", "trials", "reference"]  # fmt: skip
     generation = any(r.ttft_s is not None for r in section.rows)
+    images = any(r.s_per_image is not None for r in section.rows)
     if generation:
         header[7:7] = ["TTFT (ms)", "TPOT (ms)"]
+    if images:
+        header[7:7] = ["s/image", "denoise s/image"]
     rows = []
     for row in section.rows:
         latency = [_number(_ms(row.ttft_s)), _number(_ms(row.tpot_s), 2)] if generation else []
+        if images:
+            latency = [_number(row.s_per_image, 3), _number(row.denoise_s_per_image, 3)]
         rows.append([
             row.point, row.target, _throughput(row), _number(row.per_device),
             f"{row.ratio:.2f}x" if row.ratio is not None else "-",
