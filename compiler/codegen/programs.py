@@ -64,6 +64,7 @@ def _mmdit_model(model: MMDiTModel, work: TrainWorkload) -> dict:
     return {
         "kind": model.kind,
         "weights": model.weights,
+        "meta_init": False,  # a 2B-8B MMDiT fits every rank before FSDP2 shards it
         "text_tokens": model.text_tokens,
         # keyword arguments of diffusers.SD3Transformer2DModel
         "config": {
@@ -90,6 +91,8 @@ def _llama_model(model: LlamaModel, work, family: str) -> dict:
     return {
         "kind": model.kind,
         "weights": model.weights,
+        # with FSDP2 and no weights to load: build on the meta device, shard, then materialise
+        "meta_init": model.weights is None,
         # keyword arguments of transformers.LlamaConfig
         "config": {
             "hidden_size": model.hidden,

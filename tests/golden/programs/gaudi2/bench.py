@@ -63,6 +63,7 @@ PLAN = {
     "model": {
         "kind": "mmdit",
         "weights": None,
+        "meta_init": False,
         "text_tokens": 154,
         "config": {
             "sample_size": 32,
@@ -330,12 +331,21 @@ def train(metrics: dict, started: float) -> None:
     # The same initial weights on every rank (FSDP2 shards them as they are).
     torch.manual_seed(run["seed"])
     device.before_model()
-    model = build_model(model_plan).to(device.device)
+    # A model too large for one device is built on the meta device (no memory), sharded,
+    # and only then materialised: each rank allocates and initialises its own shards.
+    on_meta = world > 1 and parallel["sharding"] == "fsdp" and model_plan["meta_init"]
+    with torch.device("meta") if on_meta else contextlib.nullcontext():
+        model = build_model(model_plan)
+    if not on_meta:
+        model = model.to(device.device)
     if parallel["activation_checkpointing"]:
         enable_activation_checkpointing(model)
     model = device.prepare(model, run["attention"], training=True)
     model.train()
     model = wrap_parallel(model, device, parallel, world)
+    if on_meta:
+        model.to_empty(device=device.device)
+        initialize_weights(model, device.device)
     if run["compile"]:
         model = device.compile(model)
     optimizer = device.optimizer(
