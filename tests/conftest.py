@@ -57,6 +57,21 @@ def run_benchc(*args: str, cwd: Path | None = None, env: dict | None = None) -> 
     return Result(proc.returncode, proc.stdout, proc.stderr)
 
 
+HEAVY = ("torch", "diffusers", "transformers", "accelerate", "numpy", "matplotlib")
+
+
+def heavy_modules_imported_by(*commands: list[str]) -> list[str]:
+    """Run benchc commands in a fresh interpreter; the heavy libraries they imported."""
+    code = (
+        "import sys; from benchc.cli import main\n"
+        f"rc = 0\nfor args in {list(commands)!r}:\n    rc |= main(args)\n"
+        f"print(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r}))\nsys.exit(rc)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return eval(proc.stdout.strip().splitlines()[-1])  # a list literal printed by the child
+
+
 @pytest.fixture
 def write(tmp_path):
     """write('name.bench', text) -> path under a fresh temp dir."""

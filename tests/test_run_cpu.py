@@ -23,16 +23,24 @@ def metrics_schema() -> dict:
     return json.loads(resources.files("benchc.schemas").joinpath("metrics.schema.json").read_text())
 
 
-def compile_and_run(tmp_path, *overrides: str) -> tuple[subprocess.CompletedProcess, dict, object]:
-    sets = [arg for o in ("train.batch=16", *overrides) for arg in ("--set", o)]
-    result = run_cli("compile", "specs/sd3.bench", "--smoke", "-o", str(tmp_path), *sets, cwd=REPO)
+def compile_smoke_and_launch(tmp_path, spec: str, experiment: str, *overrides: str):
+    """`benchc compile SPEC --smoke`, then the build's own launch.sh: (process, metrics, point)."""
+    sets = [arg for o in overrides for arg in ("--set", o)]
+    result = run_cli("compile", f"specs/{spec}", "--smoke", "-o", str(tmp_path), *sets, cwd=REPO)
     assert result.code == 0, result.err
-    point = tmp_path / "sd3_mmdit_train" / "cpu" / "default-smoke"
-    env = {**os.environ, "PYTHON": sys.executable, "MASTER_PORT": "0"}
+    point = tmp_path / experiment / "cpu" / "default-smoke"
+    env = {**os.environ, "PYTHON": sys.executable}
     proc = subprocess.run(["bash", str(point / "launch.sh")], capture_output=True, text=True, env=env,
                           timeout=300)  # fmt: skip
     metrics = json.loads((point / "metrics.json").read_text()) if (point / "metrics.json").exists() else {}
+    if metrics:
+        jsonschema.validate(metrics, metrics_schema())
     return proc, metrics, point
+
+
+def compile_and_run(tmp_path, *overrides: str):
+    """S1 at one point (batch 16 -> 2 per process), shrunk."""
+    return compile_smoke_and_launch(tmp_path, "sd3.bench", "sd3_mmdit_train", "train.batch=16", *overrides)
 
 
 def test_smoke_build_runs_with_two_processes_and_writes_valid_metrics(tmp_path):
@@ -82,17 +90,10 @@ def test_a_diverging_run_fails_with_its_cause_recorded(tmp_path):
 def test_llama_training_loss_falls_under_fsdp_with_two_processes(tmp_path):
     """S4 shrunk: Llama with grouped-query attention, FSDP2 over 2 processes, activation
     checkpointing, accumulation 2, fp16 with loss scaling (the spec's CUDA precision)."""
-    result = run_cli("compile", "specs/beluga-train.bench", "--smoke", "-o", str(tmp_path), cwd=REPO)
-    assert result.code == 0, result.err
-    point = tmp_path / "beluga_70b_train" / "cpu" / "default-smoke"
+    proc, metrics, point = compile_smoke_and_launch(tmp_path, "beluga-train.bench", "beluga_70b_train")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     plan = json.loads((point / "manifest.json").read_text())["plan"]
     assert plan["parallel"]["sharding"] == "fsdp" and plan["workload"]["grad_accum"] == 2
-    env = {**os.environ, "PYTHON": sys.executable}
-    proc = subprocess.run(["bash", str(point / "launch.sh")], capture_output=True, text=True, env=env,
-                          timeout=300)  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    metrics = json.loads((point / "metrics.json").read_text())
-    jsonschema.validate(metrics, metrics_schema())
     assert metrics["world_size"] == 2 and metrics["throughput"]["unit"] == "tokens/s"
     losses = metrics["loss"]["all"]
     assert all(math.isfinite(x) for x in losses) and losses[-1] < losses[0]
@@ -112,16 +113,10 @@ def test_llama_inference_tokens_equal_transformers_greedy_generate(tmp_path):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    result = run_cli("compile", "specs/beluga-infer.bench", "--smoke", "--set", "infer.precision=fp32",
-                     "-o", str(tmp_path), cwd=REPO)  # fmt: skip
-    assert result.code == 0, result.err
-    point = tmp_path / "beluga_70b_infer" / "cpu" / "default-smoke"
-    env = {**os.environ, "PYTHON": sys.executable}
-    proc = subprocess.run(["bash", str(point / "launch.sh")], capture_output=True, text=True, env=env,
-                          timeout=300)  # fmt: skip
+    proc, metrics, point = compile_smoke_and_launch(
+        tmp_path, "beluga-infer.bench", "beluga_70b_infer", "infer.precision=fp32"
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    metrics = json.loads((point / "metrics.json").read_text())
-    jsonschema.validate(metrics, metrics_schema())
     program = ast.parse((point / "bench.py").read_text())
     plan = next(ast.literal_eval(n.value) for n in program.body
                 if isinstance(n, ast.Assign) and n.targets[0].id == "PLAN")  # fmt: skip
@@ -145,15 +140,8 @@ def test_llama_inference_tokens_equal_transformers_greedy_generate(tmp_path):
 
 def test_sd3_pipeline_makes_images_and_times_the_denoising_loop(tmp_path):
     """S3 shrunk: the whole pipeline (tiny MMDiT, VAE, CLIP-L, CLIP-G, T5), one device."""
-    result = run_cli("compile", "specs/sd3-infer.bench", "--smoke", "-o", str(tmp_path), cwd=REPO)
-    assert result.code == 0, result.err
-    point = tmp_path / "sd3_large_infer" / "cpu" / "default-smoke"
-    env = {**os.environ, "PYTHON": sys.executable}
-    proc = subprocess.run(["bash", str(point / "launch.sh")], capture_output=True, text=True, env=env,
-                          timeout=300)  # fmt: skip
+    proc, metrics, _ = compile_smoke_and_launch(tmp_path, "sd3-infer.bench", "sd3_large_infer")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    metrics = json.loads((point / "metrics.json").read_text())
-    jsonschema.validate(metrics, metrics_schema())
     pipeline = metrics["pipeline"]
     assert pipeline["resolution"] == 128 and pipeline["denoising_steps"] == 2
     assert 0 < pipeline["denoise_s_per_image"] < pipeline["s_per_image"]

@@ -212,7 +212,7 @@ def program_settings(plan: Plan) -> dict:
 
 def import_lines(family: str, kind: str, workload: str) -> list[str]:
     """The third-party imports of a program, sorted and laid out as ruff (isort) wants them."""
-    plain = {"import torch"} if kind == "sd3" else {"import torch", "import torch.distributed as dist"}
+    plain = {"import torch", "import torch.distributed as dist"}
     names: dict[str, set[str]] = {}
 
     def need(module: str, *items: str) -> None:

@@ -233,6 +233,12 @@ def enable_activation_checkpointing(model) -> None:
     model.enable_gradient_checkpointing()
 
 
+def initialize_weights(model, device) -> None:
+    """Not reached: an MMDiT (2B-8B) is built whole on every rank, not on the meta device
+    (its sin-cos position table would need rebuilding after materialisation)."""
+    raise NotImplementedError("the MMDiT is not built on the meta device")
+
+
 DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 LIBRARIES = (
     "torch",
@@ -289,6 +295,50 @@ def write_json(path: str, payload: dict) -> None:
     os.replace(temporary, path)
 
 
+def start_processes(metrics: dict):
+    """Join the job's process group; (rank, world size, device adapter)."""
+    rank, world, local_rank = distributed_env()
+    device = Device(local_rank)
+    if world > 1:
+        dist.init_process_group(backend=device.backend, rank=rank, world_size=world)
+    metrics["world_size"] = world
+    if world != PLAN["world_size"]:
+        raise RuntimeError(
+            f"launched with {world} processes, but the plan is for {PLAN['world_size']}"
+        )
+    return rank, world, device
+
+
+def timing_summary(times: list, warmup: int) -> dict:
+    """Step times after warmup (median, p10, p90, mean, all) and the warmup's share."""
+    measured = times[warmup:]
+    ordered = sorted(measured)
+    return {
+        "steps": {"total": len(times), "warmup": warmup, "measured": len(measured)},
+        "step_time_s": {
+            "median": statistics.median(measured),
+            "p10": percentile(ordered, 0.10),
+            "p90": percentile(ordered, 0.90),
+            "mean": statistics.fmean(measured),
+            "all": measured,
+        },
+        "warmup_s": sum(times[:warmup]),
+        "first_step_s": times[0],
+    }
+
+
+def flops_summary(flops_per_sample, samples_per_s_per_device: float) -> dict:
+    """Model FLOP/s per device and MFU against the target's peak (None when unknown)."""
+    achieved = flops_per_sample * samples_per_s_per_device if flops_per_sample else None
+    peak = PLAN["peak_flops_per_device"]
+    return {
+        "model_flops_per_sample": flops_per_sample,
+        "achieved_per_device": achieved,
+        "peak_per_device": peak,
+        "mfu": achieved / peak if achieved and peak else None,
+    }
+
+
 TORCH_OPTIMIZERS = {
     "adamw": torch.optim.AdamW,
     "adam": torch.optim.Adam,
@@ -309,15 +359,7 @@ def wrap_parallel(model, device, parallel: dict, world: int):
 
 
 def train(metrics: dict, started: float) -> None:
-    rank, world, local_rank = distributed_env()
-    device = Device(local_rank)
-    if world > 1:
-        dist.init_process_group(backend=device.backend, rank=rank, world_size=world)
-    metrics["world_size"] = world
-    if world != PLAN["world_size"]:
-        raise RuntimeError(
-            f"launched with {world} processes, but the plan is for {PLAN['world_size']}"
-        )
+    rank, world, device = start_processes(metrics)
     run, model_plan, parallel = PLAN["train"], PLAN["model"], PLAN["parallel"]
     dtype = DTYPES[run["precision"]]
     # The same initial weights on every rank (FSDP2 shards them as they are).
@@ -406,29 +448,13 @@ def train(metrics: dict, started: float) -> None:
     if world > 1:
         dist.all_reduce(peak, op=dist.ReduceOp.MAX)
     measured = step_times[run["warmup"] :]
-    ordered = sorted(measured)
     samples_per_s = run["global_batch"] * len(measured) / sum(measured)
     items_per_s = samples_per_s * PLAN["items_per_sample"]  # images, or tokens
-    achieved = PLAN["train_flops_per_sample"] * samples_per_s / world
-    peak_flops = PLAN["peak_flops_per_device"]
     metrics.update(
         status="ok",
         device_name=device.device_name(),
         versions=library_versions(device),
-        steps={
-            "total": run["steps"],
-            "warmup": run["warmup"],
-            "measured": len(measured),
-        },
-        step_time_s={
-            "median": statistics.median(measured),
-            "p10": percentile(ordered, 0.10),
-            "p90": percentile(ordered, 0.90),
-            "mean": statistics.fmean(measured),
-            "all": measured,
-        },
-        warmup_s=sum(step_times[: run["warmup"]]),
-        first_step_s=step_times[0],
+        **timing_summary(step_times, run["warmup"]),
         throughput={
             "unit": PLAN["unit"],
             "job": items_per_s,
@@ -437,12 +463,7 @@ def train(metrics: dict, started: float) -> None:
         },
         loss={"first": losses[0], "last": losses[-1], "all": losses},
         peak_memory_bytes=int(peak.item()),
-        flops={
-            "model_flops_per_sample": PLAN["train_flops_per_sample"],
-            "achieved_per_device": achieved,
-            "peak_per_device": peak_flops,
-            "mfu": achieved / peak_flops if peak_flops else None,
-        },
+        flops=flops_summary(PLAN["train_flops_per_sample"], samples_per_s / world),
     )
     if world > 1:
         dist.barrier()
