@@ -12,7 +12,7 @@ from pathlib import Path
 
 from . import __version__
 from .codegen.programs import UNITS
-from .diagnostics import BenchError, error
+from .diagnostics import BenchError, choices_hint, error
 from .results.store import Store, new_id
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_USER, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -84,6 +84,8 @@ def run(args) -> int:
         points = find_points(target)
         if args.target:
             points = [p for p in points if p.manifest["target"] in args.target]
+            if not points:
+                raise error(f"no build point for target {', '.join(args.target)} under '{target}'", None)
     else:
         from .codegen.build import compile_plans
         from .pipeline import plan_spec
@@ -206,7 +208,10 @@ def export(args) -> int:
                              r.started_at, r.ended_at or "", r.spec_sha256 or ""])  # fmt: skip
         text = buffer.getvalue()
     if args.output:
-        Path(args.output).write_text(text)
+        try:
+            Path(args.output).write_text(text)
+        except OSError as exc:
+            raise error(f"cannot write '{args.output}': {exc.strerror or exc}", None) from None
         print(f"wrote {len(records)} run(s) to {args.output}")
     else:
         sys.stdout.write(text)
@@ -273,9 +278,16 @@ def report(args) -> int:
     if not records:
         raise error("no runs to report" + (f" for experiment '{args.experiment}'" if args.experiment else ""),
                     None, hint="run something first: benchc run SPEC --smoke")  # fmt: skip
+    targets = {r.target for r in records}
+    if args.baseline and args.baseline not in targets:
+        raise error(f"no runs of baseline target '{args.baseline}'", None,
+                    hint=choices_hint(args.baseline, targets, "targets with runs"))  # fmt: skip
     found = sections(records, args.baseline)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise error(f"cannot write reports into '{out}': {exc.strerror or exc}", None) from None
     charts = {}
     for section in found:
         if section.rows:

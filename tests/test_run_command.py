@@ -233,3 +233,63 @@ def test_many_processes_create_and_write_one_new_store_at_once(tmp_path):
             worker.join(timeout=60)
         assert [w.exitcode for w in workers] == [0] * 6
         assert len(Store(db).runs()) == 30
+
+
+def test_recompiling_keeps_the_records_of_earlier_runs(tmp_path):
+    point = scripted_point(tmp_path, ok_metrics_body(100.0))
+    assert benchc("run", str(point), db=tmp_path / "r.db").returncode == 0
+    (log,) = point.glob("runs/*/log.txt")
+    scripted_point(tmp_path, ok_metrics_body(100.0))  # compiles the same point again
+    assert log.exists()
+
+
+def test_a_leftover_process_is_stopped_with_its_group(tmp_path):
+    body = (
+        "import subprocess, signal\n"
+        "child = subprocess.Popen([sys.executable, '-c', "
+        "'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)'])\n"
+        "open(os.path.join(os.path.dirname(metrics_path), 'child'), 'w').write(str(child.pid))\n"
+        "step(1)\n"
+    )
+    point = scripted_point(tmp_path, body)
+    started = time.monotonic()
+    result = benchc("run", str(point), db=tmp_path / "r.db")
+    assert time.monotonic() - started < 60
+    assert result.returncode == 1 and "Traceback" not in result.stdout + result.stderr
+    record = only_run(tmp_path / "r.db")
+    child = int((Path(record.log_path).parent / "child").read_text())
+    assert not alive(child)
+
+
+def test_report_ignores_a_series_still_running(tmp_path):
+    db = tmp_path / "r.db"
+    point = scripted_point(tmp_path, ok_metrics_body(120.0))
+    assert benchc("run", str(point), db=db).returncode == 0
+    with Store(db) as store:
+        store.start(experiment="sd3_mmdit_train", target="cpu", point="default", point_values={},
+                    smoke=True, spec_path=None, spec_sha256=None, build_path=None, log_path=None,
+                    environment={}, plan=None, series="in-progress", trial=1)  # fmt: skip
+    result = benchc("report", "-o", str(tmp_path / "out"), db=db)
+    assert result.returncode == 0
+    assert "| default | cpu | 120.0 |" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_user_mistakes_in_result_commands_are_clear_errors(tmp_path):
+    db = tmp_path / "r.db"
+    foreign = tmp_path / "foreign.db"
+    sqlite3.connect(foreign).execute("CREATE TABLE users (name TEXT)").connection.commit()
+    assert "another program's SQLite database" in benchc("runs", db=foreign).stderr
+    assert sqlite3.connect(foreign).execute("PRAGMA user_version").fetchone()[0] == 0  # untouched
+    point = scripted_point(tmp_path, ok_metrics_body(100.0))
+    assert benchc("run", str(point), db=db).returncode == 0
+    mistakes = [
+        (["export", "--format", "csv", "-o", str(tmp_path)], "cannot write"),
+        (["show", ""], "no run ''"),
+        (["show", "%"], "no run '%'"),
+        (["report", "--baseline", "h1000"], "no runs of baseline target"),
+        (["run", str(point), "--target", "h100"], "no build point for target h100"),
+    ]
+    for args, words in mistakes:
+        result = benchc(*args, db=db)
+        assert result.returncode == 2 and words in result.stderr, (args, result.stderr)
+        assert "Traceback" not in result.stderr

@@ -147,3 +147,22 @@ def test_sd3_pipeline_makes_images_and_times_the_denoising_loop(tmp_path):
     assert 0 < pipeline["denoise_s_per_image"] < pipeline["s_per_image"]
     assert metrics["throughput"]["job"] == pytest.approx(1 / pipeline["s_per_image"], rel=0.5)
     assert metrics["world_size"] == 1
+
+
+def test_large_model_path_splits_before_allocating(tmp_path):
+    """Tensor-parallel inference of a model of 2B+ parameters builds it on the meta device,
+    splits it, then allocates each rank's part (the path S5's 70B takes on CPU and CUDA).
+    The smoke model is small, so this test switches that path on in the generated PLAN."""
+    proc, metrics, point = compile_smoke_and_launch(tmp_path, "beluga-infer.bench", "beluga_70b_infer")
+    assert proc.returncode == 0
+    program = point / "bench.py"
+    text = program.read_text()
+    assert text.count('"meta_init": False') == 1
+    program.write_text(text.replace('"meta_init": False', '"meta_init": True'))
+    env = {**os.environ, "PYTHON": sys.executable}
+    proc = subprocess.run(["bash", str(point / "launch.sh")], capture_output=True, text=True, env=env,
+                          timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    metrics = json.loads((point / "metrics.json").read_text())
+    assert metrics["status"] == "ok"
+    assert len(metrics["generation"]["first_sequence"]) == metrics["generation"]["output_tokens"]

@@ -18,6 +18,7 @@ from ..plan.types import Plan
 from .programs import LAUNCHER, PROGRAM, render_point, unsupported
 
 EXECUTABLE = {PROGRAM, LAUNCHER}
+RUNS = "runs"  # benchc run keeps each trial's log and metrics here
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,8 @@ def _write_point(final: Path, plan: Plan, files: dict[str, str]) -> BuiltPoint:
             path.chmod(0o755 if name in EXECUTABLE else 0o644)
         staging.chmod(0o755)
         if final.exists():
+            if (final / RUNS).is_dir():  # the records of earlier runs outlive a recompile
+                os.replace(final / RUNS, staging / RUNS)
             retired = final.with_name(f".{final.name}.old")
             shutil.rmtree(retired, ignore_errors=True)
             os.replace(final, retired)

@@ -84,6 +84,26 @@ def _mmdit_model(model: MMDiTModel, work: TrainWorkload) -> dict:
     }
 
 
+META_INIT_PARAMS = 2e9  # inference: from this size, split the model before allocating it
+
+
+def _meta_init(model: LlamaModel, work, family: str) -> bool:
+    """Build on the meta device and allocate only this rank's shards? Training with FSDP2
+    always does (random weights need no loading). Tensor-parallel inference does for models
+    of 2B parameters and more on CPU and CUDA; Gaudi's DeepSpeed inference needs a
+    checkpoint to fill a meta model, so there the whole model is built first."""
+    if model.weights is not None:
+        return False
+    if isinstance(work, TrainWorkload):
+        return True
+    from ..plan.flops import llama_params
+
+    size = llama_params(
+        model.hidden, model.layers, model.heads, model.kv_heads, model.intermediate, model.vocab
+    )
+    return family != "hpu" and size >= META_INIT_PARAMS
+
+
 def _llama_model(model: LlamaModel, work, family: str) -> dict:
     # Gaudi's Llama runs its own attention (FusedSDPA via forward options); elsewhere the
     # spec's kernel picks transformers' implementation, and the adapter narrows SDPA.
@@ -91,8 +111,7 @@ def _llama_model(model: LlamaModel, work, family: str) -> dict:
     return {
         "kind": model.kind,
         "weights": model.weights,
-        # with FSDP2 and no weights to load: build on the meta device, shard, then materialise
-        "meta_init": model.weights is None,
+        "meta_init": _meta_init(model, work, family),
         # keyword arguments of transformers.LlamaConfig
         "config": {
             "hidden_size": model.hidden,
@@ -239,6 +258,8 @@ def import_lines(family: str, kind: str, workload: str) -> list[str]:
         need("transformers", "LlamaConfig", "LlamaForCausalLM")
         if family == "hpu":
             need("optimum.habana.transformers.modeling_utils", "adapt_transformers_to_gaudi")
+    if kind != "sd3":  # core_meta.py.j2
+        need("accelerate", "init_empty_weights")
     if workload == "train":
         need("torch.distributed.fsdp", "fully_shard")
         need("torch.nn.parallel", "DistributedDataParallel")

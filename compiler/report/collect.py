@@ -75,12 +75,13 @@ def _natural(point_values: dict) -> tuple:
 
 def sections(runs: list[RunRecord], baseline: str | None = None) -> list[Section]:
     latest: dict[tuple, str] = {}
-    for run in runs:  # ordered by start time: the last series seen per row wins
-        latest[(run.experiment, run.smoke, run.point, run.target)] = run.series
+    for run in runs:  # ordered by start time: the last finished series per row wins
+        if run.status != "running":
+            latest[(run.experiment, run.smoke, run.point, run.target)] = run.series
     grouped: dict[tuple, list[RunRecord]] = defaultdict(list)
     for run in runs:
         key = (run.experiment, run.smoke, run.point, run.target)
-        if latest[key] == run.series:
+        if latest.get(key) == run.series:
             grouped[key].append(run)
     by_section: dict[tuple, list[Row]] = defaultdict(list)
     failures: dict[tuple, list[RunRecord]] = defaultdict(list)

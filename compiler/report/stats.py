@@ -18,8 +18,8 @@ _T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8
 def t95(df: int) -> float:
     if df in _T95:
         return _T95[df]
-    larger = [k for k in _T95 if k > df]
-    return _T95[min(larger)] if larger else 1.960  # the next tabulated df is conservative
+    smaller = [k for k in _T95 if k < df]
+    return _T95[max(smaller)] if df <= 120 else 1.960  # the next smaller df: a wider interval
 
 
 @dataclass(frozen=True)

@@ -163,6 +163,8 @@ class Store:
                 raise sqlite3.DatabaseError(
                     f"schema version {version} is newer than this benchc knows ({SCHEMA_VERSION})"
                 )
+            if version == 0 and db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+                raise sqlite3.DatabaseError("it is another program's SQLite database")
             for script in MIGRATIONS[version:]:
                 for statement in script.split(";"):
                     if statement.strip():
@@ -240,7 +242,11 @@ class Store:
 
     def get(self, run_id: str) -> RunRecord | None:
         self._reconcile()
-        rows = self._db.execute("SELECT * FROM runs WHERE id LIKE ? ORDER BY started_at", (run_id + "%",))
+        if not run_id:
+            return None
+        rows = self._db.execute(
+            "SELECT * FROM runs WHERE substr(id, 1, ?) = ? ORDER BY started_at", (len(run_id), run_id)
+        )
         found = rows.fetchall()
         if len(found) > 1:
             raise error(f"run id '{run_id}' is ambiguous: {len(found)} runs start with it", None,

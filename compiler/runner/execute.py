@@ -109,7 +109,9 @@ def execute(point: BuildPoint, run_dir: Path, timeout_s: float, on_line: Callabl
         except KeyboardInterrupt:
             ending = "interrupted"
             _stop_group(process, signal.SIGINT)
-        reader.join(timeout=5)
+        if ending is None and _group_alive(process):  # the launcher left processes behind
+            _stop_group(process, signal.SIGTERM)
+        reader.join()  # the pipe closes once every process holding it has ended
     elapsed = time.monotonic() - started
     log_tail = "\n".join(tail)
     metrics = _read_json(metrics_path)
@@ -127,17 +129,32 @@ def execute(point: BuildPoint, run_dir: Path, timeout_s: float, on_line: Callabl
 
 
 def _stop_group(process: subprocess.Popen, first: int) -> None:
-    """Signal the whole process group (launcher, torchrun, every rank), then insist."""
-    for sig, grace in ((first, STOP_GRACE_S), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            process.wait(timeout=grace)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+    """Signal the whole process group (launcher, torchrun, every rank), wait for all of it
+    to end, then SIGKILL what is left. A second Ctrl-C meanwhile does not cut this short."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        for sig, grace in ((first, STOP_GRACE_S), (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(process.pid, sig)
+            except ProcessLookupError:
+                break
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline and _group_alive(process):
+                time.sleep(0.1)
+            if not _group_alive(process):
+                break
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    process.wait()
+
+
+def _group_alive(process: subprocess.Popen) -> bool:
+    process.poll()  # reap the launcher itself if it ended
+    try:
+        os.killpg(process.pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def _read_json(path: Path) -> dict | None:

@@ -27,6 +27,7 @@ import traceback
 # ==== benchc: target adapter (cuda): imports ====
 import torch
 import torch.distributed as dist
+from accelerate import init_empty_weights
 from diffusers import SD3Transformer2DModel
 from torch.distributed.fsdp import fully_shard
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -233,7 +234,7 @@ def enable_activation_checkpointing(model) -> None:
     model.enable_gradient_checkpointing()
 
 
-def initialize_weights(model, device) -> None:
+def initialize_weights(model) -> None:
     """Not reached: an MMDiT (2B-8B) is built whole on every rank, not on the meta device
     (its sin-cos position table would need rebuilding after materialisation)."""
     raise NotImplementedError("the MMDiT is not built on the meta device")
@@ -339,6 +340,26 @@ def flops_summary(flops_per_sample, samples_per_s_per_device: float) -> dict:
     }
 
 
+def build_on_meta(model_plan: dict, on_meta: bool, device):
+    """The model, with its parameters on the meta device (no memory) when on_meta: they are
+    allocated later, shard by shard, by materialise(). Buffers (rotary and position tables)
+    are small and computed at construction, so they are built for real and kept."""
+    if not on_meta:
+        return build_model(model_plan).to(device), {}
+    with init_empty_weights(include_buffers=False):
+        model = build_model(model_plan)
+    return model, {name: b.to(device) for name, b in model.named_buffers()}
+
+
+def materialise(model, buffers: dict, device) -> None:
+    """Allocate this rank's shards, put the buffers back, and initialise the parameters."""
+    model.to_empty(device=device)
+    with torch.no_grad():
+        for name, buffer in model.named_buffers():
+            buffer.copy_(buffers[name])
+    initialize_weights(model)
+
+
 TORCH_OPTIMIZERS = {
     "adamw": torch.optim.AdamW,
     "adam": torch.optim.Adam,
@@ -368,18 +389,14 @@ def train(metrics: dict, started: float) -> None:
     # A model too large for one device is built on the meta device (no memory), sharded,
     # and only then materialised: each rank allocates and initialises its own shards.
     on_meta = world > 1 and parallel["sharding"] == "fsdp" and model_plan["meta_init"]
-    with torch.device("meta") if on_meta else contextlib.nullcontext():
-        model = build_model(model_plan)
-    if not on_meta:
-        model = model.to(device.device)
+    model, buffers = build_on_meta(model_plan, on_meta, device.device)
     if parallel["activation_checkpointing"]:
         enable_activation_checkpointing(model)
     model = device.prepare(model, run["attention"], training=True)
     model.train()
     model = wrap_parallel(model, device, parallel, world)
     if on_meta:
-        model.to_empty(device=device.device)
-        initialize_weights(model, device.device)
+        materialise(model, buffers, device.device)
     if run["compile"]:
         model = device.compile(model)
     optimizer = device.optimizer(
