@@ -68,6 +68,12 @@ def test_compile_of_a_workload_not_generated_yet_is_a_clear_error(tmp_path):
     assert not any(tmp_path.iterdir())  # nothing half-written
 
 
+def test_deepspeed_fp16_on_the_cpu_is_refused_with_the_fix(tmp_path):
+    result = run_cli("compile", "specs/beluga-train.bench", "--smoke", "--set", "parallel.sharding=zero3",
+                     "-o", str(tmp_path), cwd=REPO)  # fmt: skip
+    assert result.code == 2 and "DeepSpeed has no fp16 on the CPU" in result.err
+
+
 def test_compile_never_imports_torch(tmp_path):
     for spec in ("sd3.bench", "beluga-train.bench", "beluga-infer.bench", "sd3-infer.bench"):
         assert heavy_modules_imported_by(["compile", f"specs/{spec}", "-o", str(tmp_path)]) == []
@@ -99,6 +105,7 @@ def _ruff(*args, cwd):
         ("llama:cpu", True, []),
         ("llama:gaudi2", False, []),
         ("llama:h100", False, ["train.attention=eager", "parallel.sharding=none"]),
+        ("llama:gaudi2", False, ["parallel.sharding=zero3"]),
         ("generate:cpu", True, []),
         ("generate:gaudi2", False, []),
         ("generate:h100", False, ["infer.compile=true"]),

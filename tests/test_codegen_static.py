@@ -34,6 +34,8 @@ VARIANTS = [
     ("llama:gaudi2", []),
     ("llama:h100", []),
     ("llama:a100", ["train.attention=eager", "parallel.sharding=none"]),
+    ("llama:gaudi2", ["parallel.sharding=zero3"]),
+    ("llama:h100", ["parallel.sharding=zero2"]),
     ("generate:gaudi2", []),
     ("generate:h100", []),
     ("generate:a100", ["infer.compile=true", "infer.kv_cache=dynamic"]),
@@ -88,11 +90,14 @@ def test_calls_bind_to_the_installed_libraries(target, overrides):
     }
     llama = target.startswith("llama:")
     if llama:
-        must |= {
-            "transformers.LlamaForCausalLM",
-            "transformers.LlamaConfig",
-            "torch.distributed.fsdp.fully_shard",
-        }
+        must |= {"transformers.LlamaForCausalLM", "transformers.LlamaConfig"}
+        if any("zero" in o for o in overrides):
+            must.add("deepspeed.initialize")
+            must -= {"torch.nn.parallel.DistributedDataParallel"}
+            if "zero3" in str(overrides):
+                must.add("deepspeed.zero.Init")
+        else:
+            must.add("torch.distributed.fsdp.fully_shard")
     else:
         must |= {"diffusers.SD3Transformer2DModel", "torch.nn.functional.mse_loss"}
     if "gaudi" in target:
@@ -266,3 +271,11 @@ def test_pipeline_classes_and_options_exist(target):
         assert set(parts["clip_l"]) <= set(CLIPTextConfig().to_dict()) | {"hidden_act"}
         assert set(parts["t5"]) <= set(T5Config().to_dict())
         assert set(parts["vae"]) <= set(inspect.signature(AutoencoderKL.__init__).parameters)
+
+
+def test_gaudi_deepspeed_training_uses_the_deepspeed_launcher():
+    files = spec_files("beluga-train.bench", "gaudi2", overrides=["parallel.sharding=zero3"])
+    launcher = files["launch.sh"]
+    assert 'exec deepspeed --num_nodes 1 --num_gpus "$NPROC" --no_local_rank' in launcher
+    assert '--hostfile "$HOSTFILE"' in launcher
+    assert "deepspeed" not in spec_files("beluga-train.bench", "gaudi2")["launch.sh"]  # FSDP2: mpirun

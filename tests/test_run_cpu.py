@@ -166,3 +166,16 @@ def test_large_model_path_splits_before_allocating(tmp_path):
     metrics = json.loads((point / "metrics.json").read_text())
     assert metrics["status"] == "ok"
     assert len(metrics["generation"]["first_sequence"]) == metrics["generation"]["output_tokens"]
+
+
+def test_llama_training_under_deepspeed_zero3_with_two_processes(tmp_path):
+    """The same program sharded by DeepSpeed ZeRO-3 (parameters partitioned as they are made)
+    instead of FSDP2; bf16, as DeepSpeed has no fp16 on the CPU."""
+    proc, metrics, point = compile_smoke_and_launch(
+        tmp_path, "beluga-train.bench", "beluga_70b_train", "parallel.sharding=zero3", "train.precision=bf16"
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "deepspeed.initialize(" in (point / "bench.py").read_text()
+    assert metrics["status"] == "ok" and metrics["world_size"] == 2
+    losses = metrics["loss"]["all"]
+    assert all(math.isfinite(x) for x in losses) and losses[-1] < losses[0]

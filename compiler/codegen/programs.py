@@ -47,9 +47,12 @@ def unsupported(plan: Plan) -> list[Diagnostic]:
     training = isinstance(plan.workload, TrainWorkload)
     if p.pipeline > 1 or (p.tensor > 1 and training):
         problems.append(f"{where}: pipeline parallel, and tensor parallel training, are not generated yet")
-    if p.sharding not in ("none", "fsdp"):
-        problems.append(f"{where}: sharding = {p.sharding} (DeepSpeed) is not generated yet; "
-                        "sharding = fsdp (FSDP2) is")  # fmt: skip
+    if uses_deepspeed(plan) and plan.target.family == "cpu" and plan.workload.precision == "fp16":
+        problems.append(
+            f"{where}: DeepSpeed has no fp16 on the CPU; write on cpu {{ train.precision = bf16 }}"
+        )
+    if uses_deepspeed(plan) and plan.workload.compile:
+        problems.append(f"{where}: compile with DeepSpeed ZeRO is not generated yet")
     if not training and p.data > 1:
         problems.append(f"{where}: data-parallel inference (replicas) is not generated yet")
     if isinstance(plan.model, LlamaModel) and plan.workload.attention == "xformers":
@@ -229,9 +232,16 @@ def program_settings(plan: Plan) -> dict:
     return {**common, **_train_settings(plan)}
 
 
-def import_lines(family: str, kind: str, workload: str) -> list[str]:
+def uses_deepspeed(plan: Plan) -> bool:
+    """Training sharded with DeepSpeed ZeRO (stage 1, 2 or 3)."""
+    return isinstance(plan.workload, TrainWorkload) and plan.parallel.sharding.startswith("zero")
+
+
+def import_lines(family: str, kind: str, workload: str, deepspeed: bool = False) -> list[str]:
     """The third-party imports of a program, sorted and laid out as ruff (isort) wants them."""
     plain = {"import torch", "import torch.distributed as dist"}
+    if deepspeed:
+        plain.add("import deepspeed")
     names: dict[str, set[str]] = {}
 
     def need(module: str, *items: str) -> None:
@@ -319,7 +329,8 @@ def render_program(plan: Plan, env: jinja2.Environment | None = None) -> str:
         "family": family,
         "kind": kind,
         "workload": plan.workload.kind,
-        "imports": import_lines(family, kind, plan.workload.kind),
+        "imports": import_lines(family, kind, plan.workload.kind, uses_deepspeed(plan)),
+        "deepspeed": uses_deepspeed(plan),
         "model_core": f"model_{kind}.py.j2",
         "core": "core_train.py.j2" if workload == "train" else ENTRIES[kind][0],
         "entry": "train" if workload == "train" else ENTRIES[kind][1],
@@ -335,10 +346,12 @@ def render_program(plan: Plan, env: jinja2.Environment | None = None) -> str:
 
 def render_launcher(plan: Plan, env: jinja2.Environment | None = None) -> str:
     family = plan.target.family
-    single = plan.target.launchers[0]
+    # Gaudi trains with DeepSpeed through its own launcher, as optimum-habana does.
+    single = "deepspeed" if family == "hpu" and uses_deepspeed(plan) else plan.target.launchers[0]
     how = {
         "mpirun": "mpirun on one node, torchrun c10d rendezvous across nodes",
         "torchrun": "torchrun (standalone on one node, c10d rendezvous across nodes)",
+        "deepspeed": "the deepspeed launcher (started on node 0 only; it reaches the others)",
     }.get(single, single)
     context = {
         "experiment": plan.experiment,
