@@ -38,6 +38,8 @@ def unsupported(plan: Plan) -> list[Diagnostic]:
     """What this release cannot generate yet, said plainly (not a mistake in the spec)."""
     where = f"{plan.spec.path}: {plan.experiment} / {plan.target.name}"
     problems = []
+    if isinstance(plan.model, SD3Pipeline) and not {"clip_l", "clip_g"} <= set(plan.model.text_encoders):
+        problems.append(f"{where}: SD3 needs both CLIP encoders; only t5 can be left out")
     if isinstance(plan.model, SD3Pipeline) and plan.cluster.world_size != 1:
         problems.append(f"{where}: the SD3 pipeline benchmark runs on one device (world size 1)")
     if plan.workload.precision == "fp8":
@@ -259,7 +261,9 @@ def import_lines(family: str, kind: str, workload: str, deepspeed: bool = False)
         need("diffusers", "AutoencoderKL", "FlowMatchEulerDiscreteScheduler", "SD3Transformer2DModel")
         if family != "hpu":
             need("diffusers", "StableDiffusion3Pipeline")
-        need("transformers", "CLIPTextConfig", "CLIPTextModelWithProjection", "T5Config", "T5EncoderModel")
+        need("transformers", "CLIPTextConfig", "CLIPTextModelWithProjection", "CLIPTokenizer", "T5Config",
+             "T5EncoderModel", "T5TokenizerFast")  # fmt: skip
+        need("tokenizers", "Tokenizer", "models", "pre_tokenizers", "trainers")
         if family == "hpu":
             need("optimum.habana.diffusers.pipelines.stable_diffusion_3.pipeline_stable_diffusion_3",
                  "GaudiStableDiffusion3Pipeline")  # fmt: skip
