@@ -219,7 +219,7 @@ def test_generation_options_exist(target):
         ).read_text()
         gaudi_fields = set(re.findall(r"self\.(\w+) = kwargs\.get", config_source))
         assert options <= set(generate.parameters) | gaudi_fields
-        assert {"static_shapes", "ignore_eos", "hpu_graphs"} <= options
+        assert {"static_shapes", "bucket_size", "ignore_eos", "hpu_graphs"} <= options
         for name in ("dtype", "tensor_parallel", "injection_policy"):
             assert name in DeepSpeedInferenceConfig.model_fields
         assert "injection_policy={LlamaDecoderLayer:" in program.replace("\n", "")
