@@ -7,7 +7,7 @@ never computed from another device's numbers.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 PRECISIONS = ("fp32", "bf16", "fp16", "fp8")
 ATTENTION_KERNELS = ("eager", "sdpa", "fused", "flash", "xformers")
@@ -73,40 +73,53 @@ _GAUDI_LAUNCHERS = ("mpirun", "deepspeed", "torchrun")
 _CUDA_LAUNCHERS = ("torchrun",)
 
 
+_GAUDI2 = Target(
+    name="gaudi2",
+    family="hpu",
+    device_name="Intel Gaudi 2 (HL-225)",
+    peak_tflops={"fp32": None, "bf16": 432.0, "fp16": 432.0, "fp8": 865.0},
+    memory_gb=96,
+    hbm_tb_s=2.46,
+    devices_per_node=8,
+    precisions=("fp32", "bf16", "fp8"),
+    unsupported_precisions=_GAUDI_NO_PRECISION,
+    attention=_GAUDI_ATTENTION,
+    unsupported_attention=_GAUDI_NO_ATTENTION,
+    attention_precisions={},
+    distributed_backend="hccl",
+    launchers=_GAUDI_LAUNCHERS,
+)
+
+_H100 = Target(
+    name="h100",
+    family="cuda",
+    device_name="NVIDIA H100 80GB HBM3 (SXM)",
+    peak_tflops={"fp32": None, "bf16": 989.0, "fp16": 989.0, "fp8": 1979.0},
+    memory_gb=80,
+    hbm_tb_s=3.35,
+    devices_per_node=8,
+    precisions=("fp32", "bf16", "fp16", "fp8"),
+    unsupported_precisions={},
+    attention=_CUDA_ATTENTION,
+    unsupported_attention={},
+    attention_precisions=_CUDA_FLASH_PRECISIONS,
+    distributed_backend="nccl",
+    launchers=_CUDA_LAUNCHERS,
+)
+
+
 TARGETS: dict[str, Target] = {
     t.name: t
     for t in (
-        Target(
-            name="gaudi2",
-            family="hpu",
-            device_name="Intel Gaudi 2 (HL-225)",
-            peak_tflops={"fp32": None, "bf16": 432.0, "fp16": 432.0, "fp8": 865.0},
-            memory_gb=96,
-            hbm_tb_s=2.46,
-            devices_per_node=8,
-            precisions=("fp32", "bf16", "fp8"),
-            unsupported_precisions=_GAUDI_NO_PRECISION,
-            attention=_GAUDI_ATTENTION,
-            unsupported_attention=_GAUDI_NO_ATTENTION,
-            attention_precisions={},
-            distributed_backend="hccl",
-            launchers=_GAUDI_LAUNCHERS,
-        ),
-        Target(
+        _GAUDI2,
+        # Same software stack as Gaudi 2; the chip's own peaks, memory and bandwidth.
+        replace(
+            _GAUDI2,
             name="gaudi3",
-            family="hpu",
             device_name="Intel Gaudi 3 (HL-325L)",
             peak_tflops={"fp32": None, "bf16": 1835.0, "fp16": 1835.0, "fp8": 1835.0},
             memory_gb=128,
             hbm_tb_s=3.67,
-            devices_per_node=8,
-            precisions=("fp32", "bf16", "fp8"),
-            unsupported_precisions=_GAUDI_NO_PRECISION,
-            attention=_GAUDI_ATTENTION,
-            unsupported_attention=_GAUDI_NO_ATTENTION,
-            attention_precisions={},
-            distributed_backend="hccl",
-            launchers=_GAUDI_LAUNCHERS,
         ),
         Target(
             name="a100",
@@ -126,38 +139,9 @@ TARGETS: dict[str, Target] = {
             distributed_backend="nccl",
             launchers=_CUDA_LAUNCHERS,
         ),
-        Target(
-            name="h100",
-            family="cuda",
-            device_name="NVIDIA H100 80GB HBM3 (SXM)",
-            peak_tflops={"fp32": None, "bf16": 989.0, "fp16": 989.0, "fp8": 1979.0},
-            memory_gb=80,
-            hbm_tb_s=3.35,
-            devices_per_node=8,
-            precisions=("fp32", "bf16", "fp16", "fp8"),
-            unsupported_precisions={},
-            attention=_CUDA_ATTENTION,
-            unsupported_attention={},
-            attention_precisions=_CUDA_FLASH_PRECISIONS,
-            distributed_backend="nccl",
-            launchers=_CUDA_LAUNCHERS,
-        ),
-        Target(
-            name="h200",
-            family="cuda",
-            device_name="NVIDIA H200 (SXM)",
-            peak_tflops={"fp32": None, "bf16": 989.0, "fp16": 989.0, "fp8": 1979.0},
-            memory_gb=141,
-            hbm_tb_s=4.8,
-            devices_per_node=8,
-            precisions=("fp32", "bf16", "fp16", "fp8"),
-            unsupported_precisions={},
-            attention=_CUDA_ATTENTION,
-            unsupported_attention={},
-            attention_precisions=_CUDA_FLASH_PRECISIONS,
-            distributed_backend="nccl",
-            launchers=_CUDA_LAUNCHERS,
-        ),
+        _H100,
+        # Same chip and software as the H100; more and faster memory.
+        replace(_H100, name="h200", device_name="NVIDIA H200 (SXM)", memory_gb=141, hbm_tb_s=4.8),
         Target(
             name="cpu",
             family="cpu",

@@ -97,14 +97,21 @@ def llama_params(hidden: int, layers: int, heads: int, kv_heads: int, intermedia
     return layers * (attention + mlp + norms) + hidden + 2 * vocab * hidden  # final norm, embed, head
 
 
+def _llama_matmul_weights(hidden: int, layers: int, heads: int, kv_heads: int, intermediate: int,
+                          vocab: int) -> int:  # fmt: skip
+    """Weights every token multiplies through: attention and MLP projections of each layer,
+    and the output head (the input embedding is a lookup, not a matmul)."""
+    head_dim = hidden // heads
+    per_layer = 2 * hidden * hidden + 2 * hidden * kv_heads * head_dim + 3 * hidden * intermediate
+    return layers * per_layer + vocab * hidden
+
+
 def llama_cost(hidden: int, layers: int, heads: int, kv_heads: int, intermediate: int, vocab: int,
                seq_len: int) -> ModelCost:  # fmt: skip
     """FLOPs per *sequence* of seq_len tokens: 2 x matmul weights x tokens, plus attention
     scores and values over the full seq_len x seq_len (the convention of the PaLM paper's
     6N + 12 L h T per token; causal masking is not discounted)."""
-    head_dim = hidden // heads
-    matmul = layers * (2 * hidden * hidden + 2 * hidden * kv_heads * head_dim + 3 * hidden * intermediate)
-    matmul += vocab * hidden  # the output head; the input embedding is a lookup
+    matmul = _llama_matmul_weights(hidden, layers, heads, kv_heads, intermediate, vocab)
     forward = 2.0 * matmul * seq_len + layers * 4.0 * seq_len * seq_len * hidden
     params = llama_params(hidden, layers, heads, kv_heads, intermediate, vocab)
     return ModelCost(params, forward, 3.0 * forward)
@@ -115,9 +122,7 @@ def llama_generate_flops(hidden: int, layers: int, heads: int, kv_heads: int, in
     """Forward FLOPs to prefill `input_tokens` and generate `output_tokens` with a KV cache:
     every token costs 2 x the matmul weights, and attends to all tokens before it
     (4 L h x context)."""
-    head_dim = hidden // heads
-    matmul = layers * (2 * hidden * hidden + 2 * hidden * kv_heads * head_dim + 3 * hidden * intermediate)
-    matmul += vocab * hidden
+    matmul = _llama_matmul_weights(hidden, layers, heads, kv_heads, intermediate, vocab)
     tokens = input_tokens + output_tokens - 1  # the last generated token is not fed back
     context = input_tokens * input_tokens + sum(input_tokens + t for t in range(1, output_tokens))
     return 2.0 * matmul * tokens + 4.0 * layers * hidden * context
