@@ -6,7 +6,7 @@ import contextlib
 import os
 from pathlib import Path
 
-from benchc.codegen.programs import render_point
+from benchc.codegen.points import render_point
 from benchc.pipeline import plan_spec
 
 from conftest import REPO

@@ -57,6 +57,15 @@ def run_benchc(*args: str, cwd: Path | None = None, env: dict | None = None) -> 
     return Result(proc.returncode, proc.stdout, proc.stderr)
 
 
+def free_port() -> int:
+    """A TCP port free on loopback now (for a rendezvous between launchers)."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 HEAVY = ("torch", "diffusers", "transformers", "accelerate", "numpy", "matplotlib")
 
 

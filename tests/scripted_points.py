@@ -36,10 +36,22 @@ PRELUDE = textwrap.dedent(
 
 def scripted_point(root: Path, body: str, name: str = "scripted") -> Path:
     """A build point under root whose bench.py runs PRELUDE + body."""
-    (plan,) = plan_spec(SPECS / "sd3.bench", targets=["cpu"], overrides=["train.batch=16"], smoke=True).plans
+    one_node = ["cluster.nodes=1", "cluster.devices_per_node=16"]  # S1's 16 devices, on one node
+    overrides = ["train.batch=16", *one_node]
+    (plan,) = plan_spec(SPECS / "sd3.bench", targets=["cpu"], overrides=overrides, smoke=True).plans
     (built,) = compile_plans((plan,), root / name)
     (built.path / "bench.py").write_text(PRELUDE + textwrap.dedent(body))
     (built.path / "launch.sh").write_text(LAUNCHER)
+    return built.path
+
+
+def scripted_job_point(root: Path, body: str, name: str = "job") -> Path:
+    """A one-process build point with its generated launch.sh and job.sbatch, whose bench.py
+    runs PRELUDE + body: Slurm jobs that fail, hang or end in a second, as a program may."""
+    one = ["cluster.nodes=1", "cluster.devices_per_node=1", "parallel.data=1", "train.batch=16"]
+    (plan,) = plan_spec(SPECS / "sd3.bench", targets=["cpu"], overrides=one, smoke=True).plans
+    (built,) = compile_plans((plan,), root / name, sbatch=True)
+    (built.path / "bench.py").write_text(PRELUDE + textwrap.dedent(body))
     return built.path
 
 

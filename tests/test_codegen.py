@@ -33,7 +33,7 @@ def test_compile_s1_writes_two_points_for_three_targets_identically(tmp_path):
         f"sd3_mmdit_train/{t}/{p}/{f}"
         for t in ("gaudi2", "h100", "a100")
         for p in ("batch-16", "batch-32")
-        for f in ("bench.py", "launch.sh", "manifest.json")
+        for f in ("bench.py", "job.sbatch", "launch.sh", "manifest.json")  # 2 nodes: a Slurm job too
     }
     assert set(files) == expected
     assert files == tree_bytes(second)  # byte-identical
@@ -52,12 +52,15 @@ def test_manifest_is_versioned_and_hashes_every_file(tmp_path):
     assert manifest["compiler"]["name"] == "benchc"
     spec = (REPO / "specs/sd3.bench").read_bytes()
     assert manifest["spec"]["sha256"] == hashlib.sha256(spec).hexdigest()
-    assert [f["path"] for f in manifest["files"]] == ["bench.py", "launch.sh"]
+    assert [f["path"] for f in manifest["files"]] == ["bench.py", "job.sbatch", "launch.sh"]
     for entry in manifest["files"]:
         assert hashlib.sha256((point / entry["path"]).read_bytes()).hexdigest() == entry["sha256"]
     assert manifest["plan"]["workload"]["micro_batch"] == 32
     assert manifest["plan"]["target"]["name"] == "gaudi2"
-    assert manifest["run"]["single_node"] == "bash launch.sh"
+    # 2 nodes x 8 cards on Gaudi: DeepSpeed's launcher on the first node, or the Slurm job
+    assert manifest["run"]["launcher"] == "deepspeed" and manifest["run"]["nodes"] == 2
+    assert manifest["run"]["launch"].startswith("on the first node only: HOSTFILE=")
+    assert manifest["run"]["slurm"] == "sbatch job.sbatch"
 
 
 def test_compile_of_a_workload_not_generated_yet_is_a_clear_error(tmp_path):
@@ -136,7 +139,7 @@ def test_generated_programs_are_formatted_and_lint_clean(tmp_path, target, smoke
                                                  ("cpu-smoke", "cpu", True)])  # fmt: skip
 def test_golden_s1_programs(name, target, smoke):
     files = s1_files(target, smoke=smoke)
-    for file in ("bench.py", "launch.sh"):
+    for file in ("bench.py", "launch.sh", "job.sbatch"):
         golden = PROGRAMS / name / file
         if UPDATE:
             golden.parent.mkdir(parents=True, exist_ok=True)

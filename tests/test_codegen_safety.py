@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from benchc.codegen.programs import render_point
+from benchc.codegen.points import render_point
 from benchc.pipeline import plan_spec
 
 NASTY = [

@@ -271,11 +271,3 @@ def test_pipeline_classes_and_options_exist(target):
         assert set(parts["clip_l"]) <= set(CLIPTextConfig().to_dict()) | {"hidden_act"}
         assert set(parts["t5"]) <= set(T5Config().to_dict())
         assert set(parts["vae"]) <= set(inspect.signature(AutoencoderKL.__init__).parameters)
-
-
-def test_gaudi_deepspeed_training_uses_the_deepspeed_launcher():
-    files = spec_files("beluga-train.bench", "gaudi2", overrides=["parallel.sharding=zero3"])
-    launcher = files["launch.sh"]
-    assert 'exec deepspeed --num_nodes 1 --num_gpus "$NPROC" --no_local_rank' in launcher
-    assert '--hostfile "$HOSTFILE"' in launcher
-    assert "deepspeed" not in spec_files("beluga-train.bench", "gaudi2")["launch.sh"]  # FSDP2: mpirun

@@ -95,8 +95,9 @@ def test_report_ratios_confidence_intervals_noise_and_references(tmp_path):
     summary = summarize([150.0, 160.0, 140.0])
     assert (low, high) == (round(summary.ci_low, 1), round(summary.ci_high, 1))
     assert "(noisy)" in rows["h100"][2]  # cv = 6.7% > 5%
-    assert rows["h100"][9] == "3"
-    assert "200 images/s (published)" in rows["h100"][10]
+    assert rows["h100"][9] == "2"  # world size: these metrics record no hosts
+    assert rows["h100"][10] == "3"
+    assert "200 images/s (published)" in rows["h100"][11]
     assert_chart(tmp_path / "out" / "sd3_mmdit_train-smoke.png")
 
     html = benchc("report", "--format", "html", "-o", str(tmp_path / "html"), db=db)

@@ -193,9 +193,9 @@ def test_show_and_export(tmp_path):
 def test_store_versions_and_bad_files(tmp_path):
     db = tmp_path / "r.db"
     with Store(db) as store:
-        assert store.schema_version == 1
+        assert store.schema_version == 2
     with Store(db) as store:  # opening again migrates nothing
-        assert store.schema_version == 1
+        assert store.schema_version == 2
     newer = tmp_path / "newer.db"
     sqlite3.connect(newer).execute("PRAGMA user_version = 99").connection.commit()
     result = run_benchc("runs", "--db", str(newer))
@@ -204,6 +204,26 @@ def test_store_versions_and_bad_files(tmp_path):
     junk.write_bytes(b"this is not a database" * 100)
     result = run_benchc("runs", "--db", str(junk))
     assert result.code == 2 and "not a benchc results store" in result.err
+
+
+def test_a_version_1_store_is_migrated_and_keeps_its_runs(tmp_path):
+    from benchc.results.store import MIGRATIONS
+
+    db = tmp_path / "old.db"
+    old = sqlite3.connect(db)
+    old.executescript(MIGRATIONS[0])
+    old.execute(
+        "INSERT INTO runs (id, experiment, target, point, point_values, smoke, status, environment,"
+        " series, trial, source, started_at) VALUES ('r1', 'e', 'cpu', 'p', '{}', 1, 'ok', '{}',"
+        " 's', 1, 'run', '2026-01-01T00:00:00.000+00:00')"
+    )
+    old.execute("PRAGMA user_version = 1")
+    old.commit()
+    old.close()
+    with Store(db) as store:
+        assert store.schema_version == 2
+        (record,) = store.runs()
+    assert (record.id, record.status, record.job_id, record.metrics_sha256) == ("r1", "ok", None, None)
 
 
 @pytest.mark.parametrize("bad", [["--repeat", "0"], ["--timeout", "-1"]])

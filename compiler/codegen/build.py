@@ -15,9 +15,9 @@ from pathlib import Path
 
 from ..diagnostics import BenchError, error
 from ..plan.types import Plan
-from .programs import LAUNCHER, PROGRAM, render_point, unsupported
+from .points import EXECUTABLE, render_point
+from .programs import unsupported
 
-EXECUTABLE = {PROGRAM, LAUNCHER}
 RUNS = "runs"  # benchc run keeps each trial's log and metrics here
 
 
@@ -33,11 +33,13 @@ def point_dir(out: Path, plan: Plan) -> Path:
     return out / plan.experiment / plan.target.name / point
 
 
-def compile_plans(plans: tuple[Plan, ...], out: Path) -> list[BuiltPoint]:
+def compile_plans(plans: tuple[Plan, ...], out: Path, sbatch: bool = False) -> list[BuiltPoint]:
+    """`sbatch`: write job.sbatch beside cpu points too (it is always written for accelerator
+    and multi-node points)."""
     problems = [d for plan in plans for d in unsupported(plan)]
     if problems:
         raise BenchError(problems)
-    rendered = [(plan, render_point(plan)) for plan in plans]  # render all before writing any
+    rendered = [(plan, render_point(plan, sbatch=sbatch)) for plan in plans]  # render all, then write
     return [_write_point(point_dir(out, plan), plan, files) for plan, files in rendered]
 
 

@@ -3,6 +3,7 @@ and the `py` filter that turns any value into a Python literal (the only way val
 
 from __future__ import annotations
 
+import shlex
 from functools import lru_cache
 from importlib import resources
 
@@ -30,6 +31,5 @@ def environment(root: str | None = None) -> jinja2.Environment:
 
 
 def shell_quote(value: object) -> str:
-    """A single-quoted shell word: nothing inside is expanded by the shell."""
-    text = str(value)
-    return "'" + text.replace("'", "'\"'\"'") + "'"
+    """One shell word (shlex.quote): nothing inside is expanded by the shell."""
+    return shlex.quote(str(value))

@@ -1,13 +1,10 @@
-"""Render one plan into its files: the benchmark program, its launcher and its manifest.
+"""Render one plan into its benchmark program (bench.py), and say what cannot be generated yet.
 
 Logic lives here; templates hold layout. Every value a template prints comes from the
 dictionaries built below and reaches Python code through the `py` filter (a literal).
 """
 
 from __future__ import annotations
-
-import hashlib
-import json
 
 import jinja2
 
@@ -19,11 +16,8 @@ from ..diagnostics import Diagnostic
 from ..plan.types import LlamaModel, MMDiTModel, Plan, SD3Pipeline, TrainWorkload
 from .environment import environment
 
-MANIFEST_VERSION = 1
 METRICS_SCHEMA_VERSION = 1
 PROGRAM = "bench.py"
-LAUNCHER = "launch.sh"
-MANIFEST = "manifest.json"
 # inference programs: (core template, entry function) by model kind
 ENTRIES = {"llama": ("core_generate.py.j2", "generate_benchmark"),
            "sd3": ("core_pipeline.py.j2", "pipeline_benchmark")}  # fmt: skip
@@ -346,66 +340,3 @@ def render_program(plan: Plan, env: jinja2.Environment | None = None) -> str:
         **_hpu_mode(plan),
     }
     return (env or environment()).get_template("program.py.j2").render(context)
-
-
-def render_launcher(plan: Plan, env: jinja2.Environment | None = None) -> str:
-    family = plan.target.family
-    # Gaudi trains with DeepSpeed through its own launcher, as optimum-habana does.
-    single = "deepspeed" if family == "hpu" and uses_deepspeed(plan) else plan.target.launchers[0]
-    how = {
-        "mpirun": "mpirun on one node, torchrun c10d rendezvous across nodes",
-        "torchrun": "torchrun (standalone on one node, c10d rendezvous across nodes)",
-        "deepspeed": "the deepspeed launcher (started on node 0 only; it reaches the others)",
-    }.get(single, single)
-    context = {
-        "experiment": plan.experiment,
-        "target": plan.target.name,
-        "point": plan.point,
-        "nodes": plan.cluster.nodes,
-        "per_node": plan.cluster.devices_per_node,
-        "world": plan.cluster.world_size,
-        "family": family,
-        "single_node": single,
-        "how": how,
-        "job_id": f"benchc-{plan.experiment}-{plan.target.name}-{plan.point}",
-        **_hpu_mode(plan),
-    }
-    return (env or environment()).get_template("launch.sh.j2").render(context)
-
-
-def sha256(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def render_manifest(plan: Plan, files: dict[str, str]) -> str:
-    """Versioned, deterministic: no time, no host. `files` maps a file name to its text."""
-    manifest = {
-        "manifest_version": MANIFEST_VERSION,
-        "compiler": {"name": "benchc", "version": __version__},
-        "experiment": plan.experiment,
-        "target": plan.target.name,
-        "point": plan.point,
-        "smoke": plan.smoke,
-        "spec": {
-            "path": plan.spec.path,
-            "sha256": plan.spec.sha256,
-            "files": [{"path": p, "sha256": h} for p, h in plan.spec.files],
-        },
-        "files": [{"path": name, "sha256": sha256(text)} for name, text in sorted(files.items())],
-        "run": {
-            "single_node": f"bash {LAUNCHER}",
-            "multi_node": f"MASTER_ADDR=<node 0> NODE_RANK=<i> bash {LAUNCHER}",
-            "processes": plan.cluster.world_size,
-            "metrics": "metrics.json",
-            "metrics_schema": f"benchc-metrics/{METRICS_SCHEMA_VERSION}",
-        },
-        "plan": plan.to_dict(),
-    }
-    return json.dumps(manifest, indent=2, sort_keys=True) + "\n"
-
-
-def render_point(plan: Plan, env: jinja2.Environment | None = None) -> dict[str, str]:
-    """All files of one build point, by name."""
-    files = {PROGRAM: render_program(plan, env), LAUNCHER: render_launcher(plan, env)}
-    files[MANIFEST] = render_manifest(plan, files)
-    return files

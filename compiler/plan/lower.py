@@ -27,6 +27,7 @@ from .types import (
     Plan,
     Reference,
     SD3Pipeline,
+    Slurm,
     SpecInfo,
     TrainWorkload,
 )
@@ -76,6 +77,15 @@ DEFAULTS = {
         "kv_cache": None,
     },
     "measure": {"metric": None, "repeat": 1, "timeout": 3600},
+    "slurm": {
+        "partition": None,
+        "account": None,
+        "time": None,  # derived: repeat x timeout + 10 minutes
+        "gres": None,
+        "exclusive": True,
+        "job_name": None,  # derived: benchc-<experiment>-<target>-<point>
+        "log": "slurm-%j.out",
+    },
 }
 
 MODEL_DEFAULTS = {
@@ -148,6 +158,7 @@ class Resolved:
     cluster: dict
     parallel: dict
     measure: dict
+    slurm: dict
     settings: Settings
 
 
@@ -206,14 +217,14 @@ def resolve(settings: Settings) -> Resolved:
         workload["optimizer"] = {"fn": optimizer["fn"], "args": {"lr": 1e-4, **optimizer["args"]}}
 
     sections = {}
-    for name in ("cluster", "parallel", "measure"):
+    for name in ("cluster", "parallel", "measure", "slurm"):
         sections[name] = {**DEFAULTS[name], **settings.get((name,), {})}
     if sections["measure"]["metric"] is None:
         sections["measure"]["metric"] = DEFAULT_METRIC[(kind, model_kind)]
     if problems:
         raise BenchError(problems)
     return Resolved(model_kind, model, kind, workload, sections["cluster"], sections["parallel"],
-                    sections["measure"], settings)  # fmt: skip
+                    sections["measure"], sections["slurm"], settings)  # fmt: skip
 
 
 def _resolve_model(settings: Settings, kind: str, problems: list) -> dict:
@@ -295,6 +306,12 @@ def build(resolved: Resolved, variant: Variant, target: Target, smoke: bool,
             output_tokens=_int_or_none(w["output_tokens"]), kv_cache=w["kv_cache"],
         )  # fmt: skip
     measure = Measure(r.measure["metric"], int(r.measure["repeat"]), float(r.measure["timeout"]))
+    time = r.slurm["time"]
+    slurm = Slurm(
+        requested=r.settings.has(("slurm",)), partition=r.slurm["partition"],
+        account=r.slurm["account"], time=None if time is None else str(time), gres=r.slurm["gres"],
+        exclusive=bool(r.slurm["exclusive"]), job_name=r.slurm["job_name"], log=r.slurm["log"],
+    )  # fmt: skip
     document = r.settings.document
     return Plan(
         experiment=document.experiment,
@@ -308,6 +325,7 @@ def build(resolved: Resolved, variant: Variant, target: Target, smoke: bool,
         cluster=cluster,
         parallel=parallel,
         measure=measure,
+        slurm=slurm,
         references=() if smoke else _references(document, variant, r),
         spec=SpecInfo(
             path=document.files[0].path,
@@ -396,7 +414,7 @@ def resolved_value(r: Resolved, path: tuple[str, ...]):
         return r.workload.get(rest[0])
     if head == "model" and len(rest) == 2 and rest[0] == r.model_kind:
         return r.model.get(rest[1])
-    if head in ("cluster", "parallel", "measure") and len(rest) == 1:
+    if head in ("cluster", "parallel", "measure", "slurm") and len(rest) == 1:
         return getattr(r, head).get(rest[0])
     return r.settings.get(path)
 

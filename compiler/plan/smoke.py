@@ -1,8 +1,9 @@
 """`--smoke`: shrink a resolved variant to laptop size while keeping every code path.
 
 Same model kind, workload, precision, attention kernel, sharding, checkpointing and parallel
-*kinds* (data, tensor or pipeline parallel stay on, at degree 2), on 1 node x 2 processes
-(1 process where the real benchmark runs on one device),
+*kinds* (data, tensor or pipeline parallel stay on, at degree 2), on 2 processes: 2 nodes x 1
+process where the real plan spans nodes (so the launchers' multi-node branch runs), else 1 node
+x 2 processes (1 process where the real benchmark runs on one device),
 with a tiny model, a few steps and a CPU-sized batch. Sweep points stay distinct where the
 swept value survives the shrink (a batch of 16 vs 32 becomes 2 vs 4).
 """
@@ -22,13 +23,15 @@ SMOKE_MAX_BATCH = 4
 
 def shrink(resolved: Resolved, real_grad_accum: int = 1) -> Resolved:
     """`real_grad_accum`: the accumulation of the real plan (which may derive it)."""
-    real_world = int(resolved.cluster["nodes"]) * int(resolved.cluster["devices_per_node"])
+    real_nodes = int(resolved.cluster["nodes"])
+    real_world = real_nodes * int(resolved.cluster["devices_per_node"])
     processes = SMOKE_PROCESSES if real_world > 1 else 1  # a one-device benchmark stays one
+    nodes = SMOKE_PROCESSES if real_nodes > 1 else 1  # a multi-node plan stays multi-node
     r = dataclasses.replace(
         resolved,
         model=copy.deepcopy(resolved.model),
         workload=copy.deepcopy(resolved.workload),
-        cluster={"nodes": 1, "devices_per_node": processes},
+        cluster={"nodes": nodes, "devices_per_node": processes // nodes},
         parallel=dict(resolved.parallel),
         measure={**resolved.measure, "repeat": 1, "timeout": 900},
     )

@@ -144,6 +144,21 @@ class Measure:
 
 
 @dataclass(frozen=True)
+class Slurm:
+    """The spec's `slurm { }` block: what job.sbatch asks of the scheduler. `benchc submit`
+    flags (and any option given to sbatch) win over these."""
+
+    requested: bool  # the spec has a slurm block: write job.sbatch for every target
+    partition: str | None
+    account: str | None
+    time: str | None  # Slurm's time format; None: derived from measure (repeat x timeout)
+    gres: str | None  # a generic-resource request such as "gpu:8" or "hpu:8"; None: none
+    exclusive: bool
+    job_name: str | None
+    log: str  # the job's output file, relative to the build point (%j = job id)
+
+
+@dataclass(frozen=True)
 class Reference:
     label: str
     target: str
@@ -173,6 +188,7 @@ class Plan:
     cluster: Cluster
     parallel: Parallel
     measure: Measure
+    slurm: Slurm
     references: tuple[Reference, ...]
     spec: SpecInfo
     overrides: tuple[str, ...]  # the --set arguments, as given

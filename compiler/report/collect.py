@@ -37,6 +37,7 @@ class Row:
     peak_memory_bytes: int | None
     mfu: float | None
     world_size: int
+    hosts: int | None  # distinct hosts the ranks ran on (None: not recorded)
     ttft_s: float | None  # generation: time to first token (median over trials)
     tpot_s: float | None  # generation: time per output token after the first
     s_per_image: float | None  # image pipelines: seconds per image, whole pipeline
@@ -112,6 +113,7 @@ def sections(runs: list[RunRecord], baseline: str | None = None) -> list[Section
                 peak_memory_bytes=max(memory) if memory else None,
                 mfu=_median(mfus) if mfus else None,
                 world_size=metrics[-1]["world_size"],
+                hosts=metrics[-1].get("nodes"),
                 ttft_s=_median_or_none([(m.get("generation") or {}).get("ttft_s") for m in metrics]),
                 tpot_s=_median_or_none([(m.get("generation") or {}).get("tpot_s") for m in metrics]),
                 s_per_image=_median_or_none([(m.get("pipeline") or {}).get("s_per_image") for m in metrics]),

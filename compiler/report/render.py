@@ -27,6 +27,13 @@ def _throughput(row: Row) -> str:
     return text
 
 
+def _world(row: Row) -> str:
+    """Processes, and the hosts they ran on where the metrics say."""
+    if row.hosts is None:
+        return str(row.world_size)
+    return f"{row.world_size} on {row.hosts} host{'s' if row.hosts != 1 else ''}"
+
+
 def _reference(row: Row) -> str:
     if not row.references:
         return "-"
@@ -37,7 +44,7 @@ def table(section: Section) -> tuple[list[str], list[list[str]]]:
     base = section.baseline
     header = ["point", "target", f"throughput ({section.rows[0].unit})" if section.rows else "throughput",
               "per device", f"vs {base}" if base else "ratio", "step p50 (ms)", "step p90 (ms)",
-              "peak memory (GiB)", "MFU", "trials", "reference"]  # fmt: skip
+              "peak memory (GiB)", "MFU", "world", "trials", "reference"]  # fmt: skip
     generation = any(r.ttft_s is not None for r in section.rows)
     images = any(r.s_per_image is not None for r in section.rows)
     if generation:
@@ -54,7 +61,7 @@ def table(section: Section) -> tuple[list[str], list[list[str]]]:
             f"{row.ratio:.2f}x" if row.ratio is not None else "-",
             _number(row.step_p50 * 1e3), _number(row.step_p90 * 1e3), *latency,
             _number(row.peak_memory_bytes / 2**30, 2) if row.peak_memory_bytes is not None else "-",
-            f"{row.mfu:.1%}" if row.mfu is not None else "-",
+            f"{row.mfu:.1%}" if row.mfu is not None else "-", _world(row),
             str(row.throughput.n), _reference(row),
         ])  # fmt: skip
     return header, rows

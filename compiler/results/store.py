@@ -3,7 +3,9 @@
 Location: --db PATH, else $BENCHC_RESULTS, else .benchc/results.db under the working directory.
 Several benchc processes may write at once (WAL plus a busy timeout). A run is inserted as
 "running" when it starts and finished when it ends; a run whose benchc process died without
-finishing it (killed with SIGKILL, a lost machine) is shown as "unknown" afterwards.
+finishing it (killed with SIGKILL, a lost machine) is shown as "unknown" afterwards. A run
+submitted to a scheduler is inserted as "pending" with its job id and follows the job's state
+(`benchc status`) until its metrics are collected.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from ..diagnostics import error
 
 DEFAULT_PATH = Path(".benchc") / "results.db"
 ENVIRONMENT_VARIABLE = "BENCHC_RESULTS"
-STATUSES = ("running", "ok", "failed", "timeout", "interrupted", "unknown")
+STATUSES = ("pending", "running", "ok", "failed", "timeout", "interrupted", "cancelled", "unknown")
+ENDED = ("ok", "failed", "timeout", "interrupted", "cancelled", "unknown")
 
 # Each migration takes the database from version i to i + 1. Never edit one that has shipped.
 MIGRATIONS: tuple[str, ...] = (
@@ -56,6 +59,16 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX runs_by_point ON runs (experiment, target, point);
     CREATE INDEX runs_by_start ON runs (started_at);
+    """,
+    """
+    ALTER TABLE runs ADD COLUMN job_id TEXT;          -- the scheduler's job id (submit, ingest)
+    ALTER TABLE runs ADD COLUMN cluster TEXT;         -- the scheduler's cluster name
+    ALTER TABLE runs ADD COLUMN job_state TEXT;       -- its state: PENDING, RUNNING, COMPLETED, TIMEOUT, ...
+    ALTER TABLE runs ADD COLUMN exit_code TEXT;       -- its exit code, as "code:signal"
+    ALTER TABLE runs ADD COLUMN run_dir TEXT;         -- where the run writes its log and metrics
+    ALTER TABLE runs ADD COLUMN metrics_sha256 TEXT;  -- of the metrics file the run was stored from
+    CREATE INDEX runs_by_job ON runs (job_id);
+    CREATE INDEX runs_by_metrics_file ON runs (metrics_sha256);
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -96,6 +109,12 @@ class RunRecord:
     source: str
     started_at: str
     ended_at: str | None
+    job_id: str | None = None
+    cluster: str | None = None
+    job_state: str | None = None
+    exit_code: str | None = None
+    run_dir: str | None = None
+    metrics_sha256: str | None = None
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -113,6 +132,7 @@ class Store:
         except (OSError, sqlite3.Error) as exc:
             raise error(f"cannot open the results store {self.path}: {exc}", None) from None
         self._db.row_factory = sqlite3.Row
+        self._depth = 0  # open transactions (batch() nests start/finish into one)
         try:
             self._db.execute("PRAGMA busy_timeout=30000")
             self._retry_while_locked(lambda: self._db.execute("PRAGMA journal_mode=WAL"))
@@ -148,13 +168,23 @@ class Store:
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
+        if self._depth:  # inside batch(): part of the enclosing transaction
+            yield self._db
+            return
         self._db.execute("BEGIN IMMEDIATE")
+        self._depth = 1
         try:
             yield self._db
         except BaseException:
             self._db.execute("ROLLBACK")
             raise
+        finally:
+            self._depth = 0
         self._db.execute("COMMIT")
+
+    def batch(self):
+        """One transaction around several writes: all of them are stored, or none."""
+        return self._transaction()
 
     def _migrate(self) -> None:
         with self._transaction() as db:
@@ -181,41 +211,74 @@ class Store:
               spec_path: str | None, spec_sha256: str | None, build_path: str | None,
               log_path: str | None, environment: dict, plan: dict | None, series: str,
               trial: int, source: str = "run", status: str = "running",
-              run_id: str | None = None) -> str:  # fmt: skip
+              run_id: str | None = None, job_id: str | None = None, cluster: str | None = None,
+              job_state: str | None = None, run_dir: str | None = None,
+              started_at: str | None = None) -> str:  # fmt: skip
         run_id = run_id or new_id()
         with self._transaction() as db:
             db.execute(
                 "INSERT INTO runs (id, experiment, target, point, point_values, smoke, spec_path,"
                 " spec_sha256, build_path, log_path, status, environment, plan, series, trial,"
-                " source, runner_pid, runner_host, started_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " source, runner_pid, runner_host, started_at, job_id, cluster, job_state, run_dir)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (run_id, experiment, target, point, json.dumps(point_values), int(smoke),
                  spec_path, spec_sha256, build_path, log_path, status, json.dumps(environment),
                  json.dumps(plan) if plan is not None else None, series, trial, source,
-                 os.getpid(), socket.gethostname(), now()),
+                 os.getpid(), socket.gethostname(), started_at or now(), job_id, cluster,
+                 job_state, run_dir),
             )  # fmt: skip
         return run_id
 
     def finish(self, run_id: str, status: str, cause: str | None, metrics: dict | None,
-               log_tail: str | None = None, ended_at: str | None = None) -> None:  # fmt: skip
-        if status not in STATUSES:
+               log_tail: str | None = None, ended_at: str | None = None, *,
+               job_state: str | None = None, exit_code: str | None = None,
+               metrics_sha256: str | None = None, started_at: str | None = None) -> None:  # fmt: skip
+        """Record how a run ended. The job and start fields are kept where not given."""
+        if status not in ENDED:
             raise ValueError(status)
         with self._transaction() as db:
             db.execute(
-                "UPDATE runs SET status = ?, cause = ?, metrics = ?, log_tail = ?, ended_at = ?"
-                " WHERE id = ?",
+                "UPDATE runs SET status = ?, cause = ?, metrics = ?, log_tail = ?, ended_at = ?,"
+                " job_state = coalesce(?, job_state), exit_code = coalesce(?, exit_code),"
+                " metrics_sha256 = ?, started_at = coalesce(?, started_at) WHERE id = ?",
                 (status, cause, json.dumps(metrics) if metrics is not None else None, log_tail,
-                 ended_at or now(), run_id),
+                 ended_at or now(), job_state, exit_code, metrics_sha256, started_at, run_id),
             )  # fmt: skip
+
+    def follow_job(self, run_id: str, status: str, job_state: str) -> None:
+        """A submitted run that has not ended: its job's state (pending or running)."""
+        if status not in ("pending", "running"):
+            raise ValueError(status)
+        with self._transaction() as db:
+            db.execute(
+                "UPDATE runs SET status = ?, job_state = ? WHERE id = ? AND status IN ('pending', 'running')",
+                (status, job_state, run_id),
+            )
+
+    def stored_metrics(self, sha256: str) -> RunRecord | None:
+        """The run stored from a metrics file with this content hash, if any."""
+        row = self._db.execute(
+            "SELECT * FROM runs WHERE metrics_sha256 = ? ORDER BY started_at LIMIT 1", (sha256,)
+        ).fetchone()
+        return _record(row) if row else None
+
+    def submitted(self, active_only: bool = False) -> list[RunRecord]:
+        """Runs submitted to a scheduler, oldest first; only those not ended with active_only."""
+        where = " AND status IN ('pending', 'running')" if active_only else ""
+        rows = self._db.execute(
+            f"SELECT * FROM runs WHERE source = 'submit'{where} ORDER BY started_at, trial, id"
+        )
+        return [_record(row) for row in rows.fetchall()]
 
     # -- reading
 
     def _reconcile(self) -> None:
         """Runs left 'running' by a benchc process of this host that no longer exists."""
         host = socket.gethostname()
-        rows = self._db.execute(
-            "SELECT id, runner_pid FROM runs WHERE status = 'running' AND runner_host = ?", (host,)
-        ).fetchall()
+        query = (
+            "SELECT id, runner_pid FROM runs WHERE status = 'running' AND source = 'run' AND runner_host = ?"
+        )
+        rows = self._db.execute(query, (host,)).fetchall()
         for row in rows:
             if row["runner_pid"] and not _alive(row["runner_pid"]):
                 with self._transaction() as db:

@@ -1,5 +1,6 @@
-"""Run one build point: launch it in its own process group, stream its log, enforce the timeout,
-forward Ctrl-C, and say how it ended (ok, failed with a cause, timeout, interrupted)."""
+"""Run one build point on this machine: launch it in its own process group (one per node of a
+multi-node cpu plan, every node on loopback), stream its log, enforce the timeout, forward
+Ctrl-C, and say how it ended (ok, failed with a cause, timeout, interrupted)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -35,6 +37,14 @@ class BuildPoint:
     def label(self) -> str:
         m = self.manifest
         return f"{m['experiment']} / {m['target']} / {self.path.name}"
+
+    @property
+    def nodes(self) -> int:
+        return int((self.plan.get("cluster") or {}).get("nodes", 1))
+
+    @property
+    def family(self) -> str:
+        return (self.plan.get("target") or {}).get("family", "cpu")
 
 
 @dataclass(frozen=True)
@@ -73,49 +83,75 @@ class _Interrupted(Exception):
     pass
 
 
+def free_port() -> int:
+    """A TCP port free on loopback now (for a local rendezvous)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 def execute(point: BuildPoint, run_dir: Path, timeout_s: float, on_line: Callable[[str], None]) -> Outcome:
-    """Launch `point`'s launch.sh; every output line goes to run_dir/log.txt and to on_line."""
+    """Launch `point`'s launch.sh; every output line goes to run_dir/log.txt and to on_line.
+
+    A plan of several nodes runs every node here, each launcher as a node of a c10d
+    rendezvous on 127.0.0.1 (what a cluster does over its network, on loopback)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     metrics_path = run_dir / "metrics.json"
     log_path = run_dir / "log.txt"
     # The interpreter running benchc runs the program unless PYTHON says otherwise.
     env = {"PYTHON": sys.executable, **os.environ, "PYTHONUNBUFFERED": "1"}
+    nodes = point.nodes
+    if nodes > 1:
+        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RDZV_ID=run_dir.name)
+        for name in ("SLURM_JOB_NODELIST", "SLURM_JOB_NUM_NODES", "SLURM_JOB_ID"):
+            env.pop(name, None)  # this machine is every node, whatever allocation benchc is in
+    command = ["bash", str((point.path / "launch.sh").resolve()), "--metrics", str(metrics_path.resolve())]
     started = time.monotonic()
     tail: deque[str] = deque(maxlen=LOG_TAIL_LINES)
+    lock = threading.Lock()
     with log_path.open("w", encoding="utf-8") as log:
-        process = subprocess.Popen(
-            ["bash", str((point.path / "launch.sh").resolve()), "--metrics", str(metrics_path.resolve())],
-            cwd=point.path.resolve(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            errors="replace", bufsize=1, env=env, start_new_session=True,
-        )  # fmt: skip
+        options = dict(cwd=point.path.resolve(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True, errors="replace", bufsize=1, env=env, start_new_session=True)  # fmt: skip
+        processes = [subprocess.Popen(command, **options) for _ in range(nodes)]
 
-        def pump() -> None:
+        def pump(process: subprocess.Popen, prefix: str) -> None:
             for line in process.stdout:
-                log.write(line)
-                log.flush()
-                tail.append(line.rstrip("\n"))
-                on_line(line.rstrip("\n"))
+                text = prefix + line.rstrip("\n")
+                with lock:
+                    log.write(text + "\n")
+                    log.flush()
+                    tail.append(text)
+                    on_line(text)
 
-        reader = threading.Thread(target=pump, daemon=True)
-        reader.start()
+        readers = [
+            threading.Thread(target=pump, args=(p, f"[node {i}] " if nodes > 1 else ""), daemon=True)
+            for i, p in enumerate(processes)
+        ]
+        for reader in readers:
+            reader.start()
         ending = None
         try:
-            while process.poll() is None:
+            while any(p.poll() is None for p in processes):
                 if time.monotonic() - started > timeout_s:
                     ending = "timeout"
-                    _stop_group(process, signal.SIGTERM)
+                    _stop_groups(processes, signal.SIGTERM)
+                    break
+                if nodes > 1 and any(p.returncode not in (None, 0) for p in processes):
+                    _stop_groups(processes, signal.SIGTERM)  # one node failed: end the others
                     break
                 time.sleep(0.1)
         except KeyboardInterrupt:
             ending = "interrupted"
-            _stop_group(process, signal.SIGINT)
-        if ending is None and _group_alive(process):  # the launcher left processes behind
-            _stop_group(process, signal.SIGTERM)
-        reader.join()  # the pipe closes once every process holding it has ended
+            _stop_groups(processes, signal.SIGINT)
+        if ending is None and any(_group_alive(p) for p in processes):  # processes left behind
+            _stop_groups(processes, signal.SIGTERM)
+        for reader in readers:
+            reader.join()  # the pipe closes once every process holding it has ended
     elapsed = time.monotonic() - started
     log_tail = "\n".join(tail)
     metrics = _read_json(metrics_path)
-    returncode = process.returncode
+    failed = [p.returncode for p in processes if p.returncode != 0]
+    returncode = failed[0] if failed else 0
     if ending == "timeout":
         return Outcome("timeout", f"timeout: still running after {timeout_s:g} s; stopped", metrics,
                        returncode, log_tail, elapsed)  # fmt: skip
@@ -124,8 +160,14 @@ def execute(point: BuildPoint, run_dir: Path, timeout_s: float, on_line: Callabl
                        log_tail, elapsed)  # fmt: skip
     if returncode == 0 and metrics and metrics.get("status") == "ok":
         return Outcome("ok", None, metrics, returncode, log_tail, elapsed)
-    return Outcome("failed", failure_cause(metrics, run_dir, returncode, log_tail), metrics,
+    ranks = sorted(run_dir.glob("metrics.rank*.json"))
+    return Outcome("failed", failure_cause(metrics, ranks, returncode, log_tail), metrics,
                    returncode, log_tail, elapsed)  # fmt: skip
+
+
+def _stop_groups(processes: list[subprocess.Popen], first: int) -> None:
+    for process in processes:
+        _stop_group(process, first)
 
 
 def _stop_group(process: subprocess.Popen, first: int) -> None:
@@ -165,12 +207,13 @@ def _read_json(path: Path) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
-def failure_cause(metrics: dict | None, run_dir: Path, returncode: int | None, log_tail: str) -> str:
-    """One line that says why a run failed, from the most specific evidence there is."""
+def failure_cause(metrics: dict | None, rank_files: list[Path], returncode: int | None, log_tail: str) -> str:
+    """One line that says why a run failed, from the most specific evidence there is: the
+    errors the ranks recorded (rank 0's metrics, the other ranks' metrics.rank<N> files)."""
     errors = []
     if metrics and metrics.get("error"):
         errors.append(metrics["error"])
-    for rank_file in sorted(run_dir.glob("metrics.rank*.json")):
+    for rank_file in rank_files:
         data = _read_json(rank_file)
         if data and data.get("error"):
             errors.append(data["error"])
@@ -184,13 +227,19 @@ def failure_cause(metrics: dict | None, run_dir: Path, returncode: int | None, l
             return f"non-finite loss on rank {rank}: {message}"
         return f"rank {rank} raised {kind}: {message}"
     if "out of memory" in log_tail.lower():
-        return f"out of memory (exit code {returncode}); see the log"
+        code = f" (exit code {returncode})" if returncode is not None else ""
+        return f"out of memory{code}; see the log"
     if returncode in (-9, 137):
         return "killed by SIGKILL (out of host memory?) before writing metrics"
-    raised = [line.strip() for line in log_tail.splitlines() if _EXCEPTION_LINE.match(line.strip())]
+    lines = [_NODE_PREFIX.sub("", line).strip() for line in log_tail.splitlines()]
+    raised = [line for line in lines if _EXCEPTION_LINE.match(line)]
     if raised:  # the last line of a Python traceback names the exception
-        return f"crashed with {raised[-1]} (exit code {returncode}, no metrics written)"
+        code = f"exit code {returncode}, " if returncode is not None else ""
+        return f"crashed with {raised[-1]} ({code}no metrics written)"
+    if returncode is None:
+        return "no metrics written; see the log"
     return f"exited with code {returncode} without writing metrics; see the log"
 
 
+_NODE_PREFIX = re.compile(r"^\[node \d+\] ")  # the runner's prefix on each node's lines
 _EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception|Interrupt)):\s")

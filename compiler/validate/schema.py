@@ -124,7 +124,9 @@ def _deepest(err: ValidationError) -> ValidationError:
             e for e in err.context
             if (isinstance(instance, dict)) == (e.validator not in ("enum", "const"))
         ]  # fmt: skip
-        err = best_match(same_kind or err.context)
+        # Else a branch that took the value's type and failed on its content (a pattern).
+        content = [e for e in err.context if e.validator != "type"]
+        err = best_match(same_kind or content or err.context)
     return err
 
 
@@ -250,4 +252,9 @@ def _diagnose(err: ValidationError, span_of) -> list[Diagnostic]:
         ]
     if kind == "minLength":
         return [Diagnostic(f"{where} must not be empty", span)]
+    if kind == "maxLength":
+        return [Diagnostic(f"{where} is longer than {err.validator_value} characters", span)]
+    if kind == "pattern":  # the schema's description says what the pattern admits
+        words = err.schema.get("description", "a value of the documented form")
+        return [Diagnostic(f"{describe(value)} is not a valid {where}", span, hint=f"{where}: {words}")]
     return [Diagnostic(f"{where}: {err.message}", span)]

@@ -279,6 +279,17 @@ def workload_options(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:
             )
 
 
+@rule
+def slurm_log_inside_the_build(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:
+    """The job's log file stays inside its build point (no `..` in slurm.log)."""
+    if ".." in plan.slurm.log.split("/"):
+        yield Diagnostic(
+            f'slurm.log must stay inside the build point, not "{plan.slurm.log}"',
+            _span(r, "slurm", "log"),
+            hint='rule: a relative path without "..", e.g. "logs/slurm-%j.out"',
+        )
+
+
 def check_names(document) -> list[Diagnostic]:
     """Target names, which the schema cannot know: in targets, on and reference blocks."""
     found = []

@@ -293,6 +293,25 @@ def library_versions(device) -> dict:
     return versions
 
 
+def utc_now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())
+
+
+def scheduler_job():
+    """The Slurm job and trial this run belongs to (job.sbatch numbers the trials), or None:
+    `benchc ingest` stores the trials of one job as one series."""
+    env = os.environ
+    if "SLURM_JOB_ID" not in env:
+        return None
+    return {
+        "scheduler": "slurm",
+        "id": env["SLURM_JOB_ID"],
+        "cluster": env.get("SLURM_CLUSTER_NAME"),
+        "trial": int(env.get("BENCHC_TRIAL", "1")),
+        "trials": int(env.get("BENCHC_TRIALS", "1")),
+    }
+
+
 def write_json(path: str, payload: dict) -> None:
     """Write atomically: a reader sees the old file or the whole new one, never half."""
     folder = os.path.dirname(os.path.abspath(path))
@@ -305,12 +324,18 @@ def write_json(path: str, payload: dict) -> None:
 
 
 def start_processes(metrics: dict):
-    """Join the job's process group; (rank, world size, device adapter)."""
+    """Join the job's process group; (rank, world size, device adapter). Records the hosts
+    the ranks run on, so a multi-node run shows where it ran."""
     rank, world, local_rank = distributed_env()
     device = Device(local_rank)
+    hosts = [socket.gethostname()]
     if world > 1:
         dist.init_process_group(backend=device.backend, rank=rank, world_size=world)
+        hosts = [None] * world
+        dist.all_gather_object(hosts, socket.gethostname())
     metrics["world_size"] = world
+    metrics["hosts"] = sorted(set(hosts))
+    metrics["nodes"] = len(metrics["hosts"])
     if world != PLAN["world_size"]:
         raise RuntimeError(
             f"launched with {world} processes, but the plan is for {PLAN['world_size']}"
@@ -516,6 +541,8 @@ def main(argv=None) -> int:
         "workload": PLAN["workload"],
         "metric": PLAN["metric"],
         "host": socket.gethostname(),
+        "started_at": utc_now(),
+        "job": scheduler_job(),
         "error": None,
     }
     rank = int(os.environ.get("RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0")))
@@ -532,10 +559,12 @@ def main(argv=None) -> int:
         }
         if isinstance(error, KeyboardInterrupt):
             metrics["status"] = "interrupted"
+        metrics["ended_at"] = utc_now()
         stem, suffix = os.path.splitext(args.metrics)
         write_json(args.metrics if rank == 0 else f"{stem}.rank{rank}{suffix}", metrics)
         raise
     metrics["wall_s"] = time.perf_counter() - started
+    metrics["ended_at"] = utc_now()
     if rank == 0:
         write_json(args.metrics, metrics)
         print(

@@ -1,4 +1,4 @@
-"""CLI commands over runs and results: run, runs, show, export, ingest, report."""
+"""Commands over runs and results: run, runs, show, export, ingest, report."""
 
 from __future__ import annotations
 
@@ -10,12 +10,13 @@ import socket
 import sys
 from pathlib import Path
 
-from . import __version__
-from .codegen.programs import UNITS
-from .diagnostics import BenchError, choices_hint, error
-from .results.store import Store, new_id
+from .. import __version__
+from ..codegen.programs import UNITS
+from ..diagnostics import choices_hint, error
+from ..results.store import Store, new_id
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_USER, EXIT_INTERRUPTED = 0, 1, 2, 130
+COMMANDS = ("run", "runs", "show", "export", "ingest", "report")
 
 
 def add_parsers(commands, variant_options) -> None:
@@ -45,6 +46,7 @@ def add_parsers(commands, variant_options) -> None:
 
     ingest = commands.add_parser("ingest", help="store metrics files written by runs elsewhere")
     ingest.add_argument("files", nargs="+", metavar="METRICS.json")
+    ingest.add_argument("--force", action="store_true", help="store files already in the store again")
     _db_option(ingest)
 
     report = commands.add_parser("report", help="targets side by side: a table and a bar chart")
@@ -70,36 +72,38 @@ def _environment() -> dict:
 
 
 def run(args) -> int:
-    from .runner.execute import find_points
+    from .build import build_points
 
     if args.repeat is not None and args.repeat < 1:
         raise error("--repeat must be at least 1", None)
     if args.timeout is not None and args.timeout <= 0:
         raise error("--timeout must be a positive number of seconds", None)
-    target = Path(args.spec)
-    if target.is_dir():
-        if args.overrides or args.smoke:
-            raise error(f"'{target}' is a build folder: --set and --smoke apply when compiling a spec",
-                        None, hint="compile again with them, or run the spec itself")  # fmt: skip
-        points = find_points(target)
-        if args.target:
-            points = [p for p in points if p.manifest["target"] in args.target]
-            if not points:
-                raise error(f"no build point for target {', '.join(args.target)} under '{target}'", None)
-    else:
-        from .codegen.build import compile_plans
-        from .pipeline import plan_spec
-
-        result = plan_spec(args.spec, args.target, args.overrides, args.smoke)
-        built = compile_plans(result.plans, Path(args.out))
-        points = [p for b in built for p in find_points(b.path)]
+    points = build_points(args, "run")
+    _refuse_clusters(points)
     with Store(args.db) as store:
         return _run_points(points, store, args)
 
 
+def _refuse_clusters(points) -> None:
+    """`run` runs on this machine: the nodes of a cpu plan all run here (over loopback); the
+    nodes of an accelerator plan cannot, and are said so before anything starts."""
+    remote = [p for p in points if p.nodes > 1 and p.family != "cpu"]
+    if remote:
+        names = ", ".join(f"{p.label} ({p.nodes} nodes)" for p in remote[:3])
+        raise error(
+            f"benchc run runs one machine; these points span several nodes: {names}",
+            None,
+            hint="submit them to a Slurm cluster with `benchc submit`, or start launch.sh on each "
+            "node (docs/clusters.md)",
+        )
+    for p in points:
+        if p.nodes > 1:
+            print(f"  {p.label}: {p.nodes} nodes, each a launcher on this machine (c10d over loopback)")
+
+
 def _run_points(points, store: Store, args) -> int:
-    from .runner.execute import execute
-    from .runner.progress import Progress
+    from ..runner.execute import execute
+    from ..runner.progress import Progress
 
     tally: dict[str, int] = {}
     for point in points:
@@ -222,56 +226,26 @@ def export(args) -> int:
 
 
 def ingest(args) -> int:
-    from .results.metrics import load_metrics
+    from ..results.ingest import ingest_files
 
-    loaded, problems = [], []
-    for name in args.files:
-        try:
-            loaded.append((Path(name), load_metrics(Path(name))))
-        except BenchError as exc:
-            problems.extend(exc.diagnostics)
-    if problems:
-        raise BenchError(problems)  # all or nothing: no file is stored when one is bad
     with Store(args.db) as store:
-        for path, metrics in loaded:
-            manifest = _manifest_near(path)
-            plan = manifest.get("plan") if manifest else None
-            run_id = store.start(
-                experiment=metrics["experiment"], target=metrics["target"], point=metrics["point"],
-                point_values=metrics.get("point_values") or {}, smoke=metrics["smoke"],
-                spec_path=(manifest or {}).get("spec", {}).get("path"), spec_sha256=metrics["spec_sha256"],
-                build_path=str(path.parent.resolve()), log_path=None,
-                environment={"host": metrics.get("host"), "ingested_from": str(path.resolve())},
-                plan=plan, series=new_id(), trial=1, source="ingest", status="running",
-            )  # fmt: skip
-            status = metrics["status"] if metrics["status"] in ("ok", "failed", "interrupted") else "failed"
-            error_info = metrics.get("error") or {}
-            cause = f"{error_info.get('type')}: {error_info.get('message')}" if error_info else None
-            store.finish(run_id, status, cause, metrics)
-            print(f"ingested {path}: {metrics['experiment']} / {metrics['target']} / {metrics['point']} "
-                  f"({status})  [run {run_id}]")  # fmt: skip
+        stored = ingest_files(store, [Path(name) for name in args.files], force=args.force)
+    for item in stored:
+        m = item.metrics
+        job = m.get("job")
+        trial = f", job {job['id']} trial {job['trial']}/{job['trials']}" if job else ""
+        print(f"ingested {item.path}: {m['experiment']} / {m['target']} / {m['point']} "
+              f"({item.status}{trial})  [run {item.run_id}]")  # fmt: skip
     return EXIT_OK
-
-
-def _manifest_near(path: Path) -> dict | None:
-    """The build manifest of a metrics file: beside it, or two folders up (runs/<id>/)."""
-    for folder in (path.parent, path.parent.parent.parent):
-        candidate = folder / "manifest.json"
-        if candidate.exists():
-            try:
-                return json.loads(candidate.read_text())
-            except (OSError, json.JSONDecodeError):
-                return None
-    return None
 
 
 # ---------------------------------------------------------------- report
 
 
 def report(args) -> int:
-    from .report.collect import sections
-    from .report.plot import bar_chart
-    from .report.render import _key, html_page, markdown
+    from ..report.collect import sections
+    from ..report.plot import bar_chart
+    from ..report.render import _key, html_page, markdown
 
     with Store(args.db) as store:
         records = store.runs(args.experiment)

@@ -1,0 +1,1 @@
+"""Running on clusters: the Slurm client and the runs submitted through it."""

@@ -1,0 +1,171 @@
+"""Render a build point's shell files: launch.sh (start the program on a node) and job.sbatch
+(a Slurm batch job that starts launch.sh on the allocation).
+
+Which launcher a point gets follows each ecosystem's own convention:
+
+- one device, any target: the program alone (`python bench.py`);
+- cpu and cuda: torchrun, standalone on one node, a c10d rendezvous across nodes (every node
+  runs launch.sh; under Slurm the rendezvous host is the first node of the allocation);
+- gaudi, one node: mpirun with one rank per card bound to its share of the cores of its
+  socket, as optimum-habana's gaudi_spawn does; DeepSpeed's launcher for ZeRO training;
+- gaudi, several nodes: DeepSpeed's launcher with a hostfile, started on the first node only
+  (optimum-habana's multi-node runs go through DeepSpeed's launcher).
+
+Every value a shell file prints from a plan is a number, a name the validator restricted to
+a safe alphabet, or a word quoted by the `sh` filter (shlex.quote).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import jinja2
+
+from ..plan.types import Plan
+from .environment import environment
+from .programs import uses_deepspeed
+
+LAUNCHER = "launch.sh"
+JOB = "job.sbatch"
+JOB_MARGIN_MIN = 10  # a derived job time limit: every trial's timeout plus this
+_SAFE = re.compile(r"[^A-Za-z0-9_.+-]")
+
+
+def launcher_kind(plan: Plan) -> str:
+    """python | torchrun | mpirun | deepspeed (see the module docstring for the rules)."""
+    if plan.cluster.world_size == 1:
+        return "python"
+    if plan.target.family == "hpu":
+        return "deepspeed" if plan.cluster.nodes > 1 or uses_deepspeed(plan) else "mpirun"
+    return "torchrun"
+
+
+def per_node_launcher(plan: Plan) -> bool:
+    """Does every node run launch.sh (torchrun's rendezvous), or the first node alone?"""
+    return launcher_kind(plan) in ("python", "torchrun")
+
+
+def safe_name(text: str) -> str:
+    """A word for a job name or rendezvous id: letters, digits and . _ + - only."""
+    return _SAFE.sub("-", text)[:200]
+
+
+def default_job_name(plan: Plan) -> str:
+    return safe_name(f"benchc-{plan.experiment}-{plan.target.name}-{plan.point}")
+
+
+def wants_job(plan: Plan, requested: bool = False) -> bool:
+    """job.sbatch is written beside every accelerator or multi-node point, for every point of
+    a spec with a slurm block, and on request (`compile --sbatch`, `submit`)."""
+    return requested or plan.slurm.requested or plan.target.family != "cpu" or plan.cluster.nodes > 1
+
+
+def usage(plan: Plan) -> list[str]:
+    """How to start this point, as the launcher's header and the manifest say it."""
+    kind, nodes = launcher_kind(plan), plan.cluster.nodes
+    slurm = f"under Slurm: sbatch {JOB} (or benchc submit)"
+    if nodes == 1:
+        return [f"bash {LAUNCHER} [--metrics FILE]", slurm]
+    if kind == "deepspeed":
+        return [
+            f"on the first node only: HOSTFILE=<hostfile> bash {LAUNCHER} [--metrics FILE]",
+            f"{slurm}; the hostfile is written from the allocation",
+        ]
+    return [
+        f"on each of the {nodes} nodes: MASTER_ADDR=<first node> [MASTER_PORT=29400] "
+        f"[RDZV_ID=<id>] bash {LAUNCHER}",
+        f"{slurm}; srun starts one launcher per node",
+    ]
+
+
+_HOW = {
+    "python": "One device: the program runs alone.",
+    "torchrun": "torchrun: standalone on one node, a c10d rendezvous across nodes.",
+    "mpirun": "mpirun: one rank per Gaudi card, bound to cores as optimum-habana's gaudi_spawn does.",
+    "deepspeed": "DeepSpeed's launcher, as optimum-habana runs DeepSpeed and multi-node jobs.",
+}
+
+
+def _hpu_lazy_mode(plan: Plan) -> str:
+    return "0" if plan.workload.compile else "1"
+
+
+def _header(plan: Plan) -> dict:
+    """What both shell files say of the point in their first lines."""
+    kind = launcher_kind(plan)
+    return {
+        "experiment": plan.experiment,
+        "target": plan.target.name,
+        "point": plan.point,
+        "nodes": plan.cluster.nodes,
+        "per_node": plan.cluster.devices_per_node,
+        "world": plan.cluster.world_size,
+        "how": _HOW[kind],
+    }
+
+
+def render_launcher(plan: Plan, env: jinja2.Environment | None = None) -> str:
+    context = {
+        **_header(plan),
+        "family": plan.target.family,
+        "launcher": launcher_kind(plan),
+        "usage": usage(plan),
+        "rdzv_id": default_job_name(plan),
+        "hpu_lazy_mode": _hpu_lazy_mode(plan),
+    }
+    return (env or environment()).get_template("launch.sh.j2").render(context)
+
+
+def job_time(plan: Plan) -> str:
+    """The job's time limit: the spec's, else every trial's timeout plus a margin (HH:MM:SS)."""
+    if plan.slurm.time is not None:
+        return plan.slurm.time
+    minutes = math.ceil(plan.measure.repeat * plan.measure.timeout_s / 60) + JOB_MARGIN_MIN
+    return f"{minutes // 60:02d}:{minutes % 60:02d}:00"
+
+
+def sbatch_directives(plan: Plan) -> list[tuple[str, str | None]]:
+    """(option, value) for the #SBATCH lines; value None for a flag."""
+    s, cluster, kind = plan.slurm, plan.cluster, launcher_kind(plan)
+    # mpirun reads its slots from the allocation: one task per rank on its node.
+    tasks = cluster.devices_per_node if kind == "mpirun" else 1
+    lines: list[tuple[str, str | None]] = [
+        ("job-name", s.job_name or default_job_name(plan)),
+        ("nodes", str(cluster.nodes)),
+        ("ntasks-per-node", str(tasks)),
+    ]
+    if s.gres is not None:
+        lines.append(("gres", s.gres))
+    elif plan.target.family == "cuda":
+        lines.append(("gpus-per-node", str(cluster.devices_per_node)))
+    if s.exclusive:
+        lines.append(("exclusive", None))
+    lines.append(("time", job_time(plan)))
+    if s.partition is not None:
+        lines.append(("partition", s.partition))
+    if s.account is not None:
+        lines.append(("account", s.account))
+    lines.append(("output", s.log))
+    for option, value in lines:  # the validator's patterns admit nothing else; say so loudly
+        if value is not None and not re.fullmatch(r"[A-Za-z0-9_.+%:,/-]+", value):
+            raise ValueError(f"unsafe #SBATCH value for --{option}: {value!r}")
+    return lines
+
+
+def render_job(plan: Plan, env: jinja2.Environment | None = None) -> str:
+    gres_note = {
+        "hpu": "Gaudi cards: sites name them differently (gres gpu:8, hpu:8, or none with "
+        "--exclusive); set slurm.gres in the spec or pass --gres to sbatch.",
+        "cuda": "GPUs: --gpus-per-node, or slurm.gres (e.g. gpu:8) where the site wants gres.",
+        "cpu": "",
+    }[plan.target.family]
+    context = {
+        **_header(plan),
+        "per_node_launcher": per_node_launcher(plan),
+        "directives": sbatch_directives(plan),
+        "trials": plan.measure.repeat,
+        "gres_note": gres_note,
+        "launcher_file": LAUNCHER,
+    }
+    return (env or environment()).get_template("job.sbatch.j2").render(context)

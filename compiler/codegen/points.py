@@ -1,0 +1,60 @@
+"""All files of one build point: the program, its launchers and the versioned manifest."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import jinja2
+
+from .. import __version__
+from ..plan.types import Plan
+from .launchers import JOB, LAUNCHER, launcher_kind, render_job, render_launcher, usage, wants_job
+from .programs import METRICS_SCHEMA_VERSION, PROGRAM, render_program
+
+MANIFEST_VERSION = 1
+MANIFEST = "manifest.json"
+EXECUTABLE = {PROGRAM, LAUNCHER, JOB}
+
+
+def sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def render_manifest(plan: Plan, files: dict[str, str]) -> str:
+    """Versioned, deterministic: no time, no host. `files` maps a file name to its text."""
+    manifest = {
+        "manifest_version": MANIFEST_VERSION,
+        "compiler": {"name": "benchc", "version": __version__},
+        "experiment": plan.experiment,
+        "target": plan.target.name,
+        "point": plan.point,
+        "smoke": plan.smoke,
+        "spec": {
+            "path": plan.spec.path,
+            "sha256": plan.spec.sha256,
+            "files": [{"path": p, "sha256": h} for p, h in plan.spec.files],
+        },
+        "files": [{"path": name, "sha256": sha256(text)} for name, text in sorted(files.items())],
+        "run": {
+            "launcher": launcher_kind(plan),
+            "nodes": plan.cluster.nodes,
+            "processes_per_node": plan.cluster.devices_per_node,
+            "processes": plan.cluster.world_size,
+            "launch": usage(plan)[0],
+            "slurm": f"sbatch {JOB}" if JOB in files else None,
+            "metrics": "metrics.json",
+            "metrics_schema": f"benchc-metrics/{METRICS_SCHEMA_VERSION}",
+        },
+        "plan": plan.to_dict(),
+    }
+    return json.dumps(manifest, indent=2, sort_keys=True) + "\n"
+
+
+def render_point(plan: Plan, env: jinja2.Environment | None = None, sbatch: bool = False) -> dict[str, str]:
+    """All files of one build point, by name. `sbatch`: write job.sbatch for cpu points too."""
+    files = {PROGRAM: render_program(plan, env), LAUNCHER: render_launcher(plan, env)}
+    if wants_job(plan, sbatch):
+        files[JOB] = render_job(plan, env)
+    files[MANIFEST] = render_manifest(plan, files)
+    return files

@@ -1,0 +1,138 @@
+"""Commands over specs and builds: check, plan, compile, targets. None of them imports torch."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from ..diagnostics import BenchError, format_diagnostics
+
+EXIT_OK, EXIT_USER = 0, 2
+COMMANDS = ("check", "plan", "compile", "targets")
+
+
+def add_parsers(commands, variant_options) -> None:
+    check_ = commands.add_parser("check", help="validate specs; report every error with its location")
+    check_.add_argument("specs", nargs="+", metavar="SPEC")
+    variant_options(check_)
+
+    plan_ = commands.add_parser("plan", help="show the resolved plan per target and sweep point")
+    plan_.add_argument("spec", metavar="SPEC")
+    variant_options(plan_)
+    plan_.add_argument("--json", action="store_true", help="print the plans as JSON")
+
+    compile_ = commands.add_parser(
+        "compile", help="write programs, launchers and manifests: OUT/<experiment>/<target>/<point>/"
+    )
+    compile_.add_argument("spec", metavar="SPEC")
+    variant_options(compile_)
+    compile_.add_argument("-o", "--out", default="build", metavar="DIR", help="build folder (default: build)")
+    compile_.add_argument(
+        "--sbatch", action="store_true",
+        help="write job.sbatch for cpu points too (always written for accelerator and multi-node points)",
+    )  # fmt: skip
+
+    targets_ = commands.add_parser("targets", help="list the known targets and their facts")
+    targets_.add_argument("--json", action="store_true", help="print the target table as JSON")
+
+
+def check(args) -> int:
+    from ..pipeline import plan_spec
+
+    failed = False
+    for spec in args.specs:
+        try:
+            result = plan_spec(spec, args.target, args.overrides, args.smoke)
+        except BenchError as exc:
+            print(format_diagnostics(exc.diagnostics), file=sys.stderr)
+            failed = True
+            continue
+        targets = len(result.targets)
+        points = len(result.points)
+        print(
+            f"ok: {spec}: experiment {result.document.experiment}, "
+            f"{targets} target{'s' if targets != 1 else ''} x {points} "
+            f"point{'s' if points != 1 else ''} ({', '.join(result.targets)})"
+        )
+    return EXIT_USER if failed else EXIT_OK
+
+
+def plan(args) -> int:
+    from ..pipeline import plan_spec
+    from ..plan.summary import summarize
+
+    result = plan_spec(args.spec, args.target, args.overrides, args.smoke)
+    if args.json:
+        payload = {
+            "experiment": result.document.experiment,
+            "plans": [p.to_dict() for p in result.plans],
+        }
+        print(json.dumps(payload, indent=2, sort_keys=True))
+    else:
+        print("\n\n".join(summarize(p) for p in result.plans))
+    return EXIT_OK
+
+
+def compile_spec(args, sbatch: bool = False):
+    """Plan and compile the spec of `args` into args.out; the built points."""
+    from ..codegen.build import compile_plans
+    from ..pipeline import plan_spec
+
+    result = plan_spec(args.spec, args.target, args.overrides, args.smoke)
+    return compile_plans(result.plans, Path(args.out), sbatch=sbatch)
+
+
+def build_points(args, verb: str, sbatch: bool = False):
+    """The build points `run` or `submit` works on: a build folder's, or the spec's, compiled
+    now into args.out (`sbatch`: with job.sbatch for cpu points too)."""
+    from ..diagnostics import error
+    from ..runner.execute import find_points
+
+    target = Path(args.spec)
+    if not target.is_dir():
+        return [p for built in compile_spec(args, sbatch=sbatch) for p in find_points(built.path)]
+    if args.overrides or args.smoke:
+        raise error(f"'{target}' is a build folder: --set and --smoke apply when compiling a spec",
+                    None, hint=f"compile again with them, or {verb} the spec itself")  # fmt: skip
+    points = find_points(target)
+    if args.target:
+        points = [p for p in points if p.manifest["target"] in args.target]
+        if not points:
+            raise error(f"no build point for target {', '.join(args.target)} under '{target}'", None)
+    return points
+
+
+def compile(args) -> int:  # noqa: A001 - the command's name
+    built = compile_spec(args, sbatch=args.sbatch)
+    for point in built:
+        print(f"wrote {point.path}/ ({', '.join(point.files)})")
+    print(f"{len(built)} build point{'s' if len(built) != 1 else ''}; run one with: bash <point>/launch.sh"
+          " (or benchc run <point>)")  # fmt: skip
+    return EXIT_OK
+
+
+def targets(args) -> int:
+    from dataclasses import asdict
+
+    from ..catalog.targets import TARGETS
+
+    if args.json:
+        print(json.dumps({name: asdict(t) for name, t in TARGETS.items()}, indent=2, sort_keys=True))
+        return EXIT_OK
+
+    def figure(value, unit=""):
+        return "-" if value is None else f"{value:g}{unit}"
+
+    rows = [("target", "family", "device", "bf16 TF/s", "fp8 TF/s", "memory", "HBM", "precisions")]
+    for t in TARGETS.values():
+        rows.append((
+            t.name, t.family, t.device_name, figure(t.peak_tflops.get("bf16")),
+            figure(t.peak_tflops.get("fp8")), figure(t.memory_gb, " GB"),
+            figure(t.hbm_tb_s, " TB/s"), ",".join(t.precisions),
+        ))  # fmt: skip
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+    print("\nPeaks are dense per device; '-' = unknown (no MFU is computed from it).")
+    return EXIT_OK
