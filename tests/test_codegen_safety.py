@@ -73,6 +73,39 @@ def test_launcher_and_manifest_carry_no_spec_strings_unquoted(tmp_path):
     text = "$(touch /tmp/pwned) `id` ; rm -rf /"
     path.write_text(SPEC.format(text=json.dumps(text), target="cpu"))
     (plan,) = plan_spec(path).plans
-    files = render_point(plan)
-    assert "touch" not in files["launch.sh"]
+    files = render_point(plan, sbatch=True)
+    assert "touch" not in files["launch.sh"] and "touch" not in files["job.sbatch"]
     assert json.loads(files["manifest.json"])["plan"]["description"] == text
+
+
+SWEPT = """
+experiment safety {{
+  model mmdit {{ depth = 2 }}
+  train {{ batch = 4 }}
+  cluster {{ nodes = 2 }}
+  targets = [{target}]
+  sweep model.mmdit.weights = [{values}]
+}}
+"""
+
+
+@pytest.mark.parametrize("target", ["cpu", "h100", "gaudi2"])
+def test_point_names_from_string_sweeps_reach_shell_files_as_safe_words(tmp_path, target):
+    """A swept string names the point, which the shell files print (a comment, the job name,
+    the rendezvous id): it arrives sanitised, and each file still parses."""
+    import subprocess
+
+    nasty = ["$(touch /tmp/pwned)", "a'b\"c", "`id`; rm -rf /", "x\ny"]
+    path = tmp_path / "swept.bench"
+    path.write_text(SWEPT.format(target=target, values=", ".join(json.dumps(v) for v in nasty)))
+    plans = plan_spec(path).plans
+    assert len(plans) == len(nasty)
+    for plan in plans:
+        files = render_point(plan, sbatch=True)
+        for name in ("launch.sh", "job.sbatch"):
+            text = files[name]
+            assert "$(touch" not in text and "`id`" not in text and "; rm -rf" not in text
+            assert "a'b" not in text and "x\ny" not in text
+            shell = tmp_path / name
+            shell.write_text(text)
+            assert subprocess.run(["bash", "-n", str(shell)], capture_output=True).returncode == 0

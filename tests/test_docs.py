@@ -61,3 +61,20 @@ def test_presets_and_targets_are_documented():
             assert documented(f'"{name}"'), name
     for name in TARGETS:
         assert documented(name), name
+
+
+def test_the_commands_of_clusters_md_are_the_cli_s():
+    """Every `benchc ...` line in docs/clusters.md's examples parses with benchc's own parser
+    (tests/test_slurm.py runs them against a real Slurm)."""
+    import shlex
+
+    from benchc.cli import _parser
+
+    page = (REPO / "docs" / "clusters.md").read_text()
+    blocks = re.findall(r"```sh\n(.*?)```", page, re.S)
+    lines = [line.split("#")[0].strip() for block in blocks for line in block.splitlines()]
+    commands = [shlex.split(line)[1:] for line in lines if line.startswith("benchc ")]
+    assert {c[0] for c in commands} >= {"submit", "status", "cancel", "report", "compile", "ingest"}
+    for argv in commands:
+        argv = [a.replace("<job id>", "1") for a in argv]
+        _parser().parse_args(argv)  # exits 2 on an option benchc does not have

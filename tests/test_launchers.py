@@ -274,7 +274,7 @@ def test_two_launchers_on_loopback_run_s1_as_two_nodes(tmp_path):
     point = tmp_path / "sd3_mmdit_train/cpu/default-smoke"
     assert json.loads((point / "manifest.json").read_text())["run"]["nodes"] == 2
     env = {**os.environ, "PYTHON": sys.executable, "MASTER_ADDR": "127.0.0.1",
-           "MASTER_PORT": str(free_port()), "RDZV_ID": "loopback-test"}  # fmt: skip
+           "MASTER_PORT": str(free_port()), "RDZV_ID": "loopback-test", "OMP_NUM_THREADS": "1"}  # fmt: skip
     metrics = tmp_path / "metrics.json"
     nodes = [subprocess.Popen(["bash", str(point / "launch.sh"), "--metrics", str(metrics)], env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -28,7 +28,8 @@ def launch_nodes(point, env: dict, timeout: float = 300) -> subprocess.Completed
     as cluster nodes do over their network): one process result, outputs joined."""
     nodes = json.loads((point / "manifest.json").read_text())["run"]["nodes"]
     if nodes > 1:
-        env = {**env, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "RDZV_ID": point.name}
+        env = {**env, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "RDZV_ID": point.name,
+               "OMP_NUM_THREADS": "1"}  # fmt: skip
     procs = [subprocess.Popen(["bash", str(point / "launch.sh")], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, env=env) for _ in range(nodes)]  # fmt: skip
     outputs = [p.communicate(timeout=timeout) for p in procs]

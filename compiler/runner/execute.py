@@ -103,6 +103,9 @@ def execute(point: BuildPoint, run_dir: Path, timeout_s: float, on_line: Callabl
     nodes = point.nodes
     if nodes > 1:
         env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RDZV_ID=run_dir.name)
+        # every node's launcher sees all of this machine's cores: share them among all ranks
+        world = int((point.plan.get("cluster") or {}).get("world_size", nodes))
+        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // world)))
         for name in ("SLURM_JOB_NODELIST", "SLURM_JOB_NUM_NODES", "SLURM_JOB_ID"):
             env.pop(name, None)  # this machine is every node, whatever allocation benchc is in
     command = ["bash", str((point.path / "launch.sh").resolve()), "--metrics", str(metrics_path.resolve())]
