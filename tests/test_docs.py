@@ -78,3 +78,19 @@ def test_the_commands_of_clusters_md_are_the_cli_s():
     for argv in commands:
         argv = [a.replace("<job id>", "1") for a in argv]
         _parser().parse_args(argv)  # exits 2 on an option benchc does not have
+
+
+def test_ci_runs_exactly_the_readme_test_command_with_the_tested_versions():
+    readme = (REPO / "README.md").read_text()
+    ci = (REPO / ".ci" / "run").read_text()
+    command = next(line for line in ci.splitlines() if "pytest" in line)
+    assert command in readme
+    assert "-c constraints.txt" in command
+    main_job = next(line for line in readme.splitlines() if "benchc run specs/" in line)
+    assert "-c constraints.txt" in main_job
+    pinned = dict(
+        line.split("==") for line in (REPO / "constraints.txt").read_text().splitlines()
+        if line and not line.startswith("#")
+    )  # fmt: skip
+    for name in ("torch", "diffusers", "transformers", "accelerate", "optimum-habana", "deepspeed"):
+        assert name in pinned, name

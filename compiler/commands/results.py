@@ -13,7 +13,7 @@ from pathlib import Path
 from .. import __version__
 from ..codegen.programs import UNITS
 from ..diagnostics import choices_hint, error
-from ..results.store import Store, new_id
+from ..results.store import STATUSES, Store, new_id
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_USER, EXIT_INTERRUPTED = 0, 1, 2, 130
 COMMANDS = ("run", "runs", "show", "export", "ingest", "report")
@@ -31,7 +31,7 @@ def add_parsers(commands, variant_options) -> None:
     runs = commands.add_parser("runs", help="list stored runs")
     runs.add_argument("--experiment", "-e")
     runs.add_argument("--target", "-t")
-    runs.add_argument("--status", choices=("running", "ok", "failed", "timeout", "interrupted", "unknown"))
+    runs.add_argument("--status", choices=STATUSES)
     _db_option(runs)
 
     show = commands.add_parser("show", help="one run in full")
@@ -169,7 +169,8 @@ def runs(args) -> int:
         if r.status == "ok" and r.metrics:
             result = f"{r.metrics['throughput']['job']:,.2f} {r.metrics['throughput']['unit']}"
         else:
-            result = (r.cause or "")[:60]
+            queued = r.status in ("pending", "running") and r.job_id
+            result = f"job {r.job_id} {r.job_state}" if queued else (r.cause or "")[:60]
         point = r.point + (" (smoke)" if r.smoke else "")
         rows.append((r.id, r.started_at[:19].replace("T", " "), r.experiment, r.target, point,
                      str(r.trial), r.status, result))  # fmt: skip
