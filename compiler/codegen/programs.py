@@ -269,7 +269,9 @@ def import_lines(family: str, kind: str, workload: str, deepspeed: bool = False)
     if kind != "sd3":  # core_meta.py.j2
         need("accelerate", "init_empty_weights")
     if workload == "train":
-        need("torch.distributed.fsdp", "fully_shard")
+        need("torch.distributed.fsdp", "MixedPrecisionPolicy", "fully_shard")
+        if family != "hpu":
+            need("torch.distributed.fsdp.sharded_grad_scaler", "ShardedGradScaler")
         need("torch.nn.parallel", "DistributedDataParallel")
         if family == "hpu":
             need("habana_frameworks.torch.hpex.normalization", "FusedClipNorm")

@@ -29,7 +29,8 @@ import torch
 import torch.distributed as dist
 from accelerate import init_empty_weights
 from diffusers import SD3Transformer2DModel
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.parallel import DistributedDataParallel
 
@@ -149,8 +150,12 @@ class Device:
     def clip_grad_norm(self, params, max_norm: float) -> None:
         torch.nn.utils.clip_grad_norm_(params, max_norm)
 
-    def grad_scaler(self, dtype):
-        return torch.amp.GradScaler("cpu") if dtype == torch.float16 else None
+    def grad_scaler(self, dtype, sharded: bool):
+        """fp16 needs loss scaling. Sharded gradients need every rank to agree on a skipped
+        step: ShardedGradScaler all-reduces the inf check (each rank sees only its shard)."""
+        if dtype != torch.float16:
+            return None
+        return ShardedGradScaler("cpu") if sharded else torch.amp.GradScaler("cpu")
 
     def ddp_options(self) -> dict:
         return {}
@@ -389,14 +394,21 @@ TORCH_OPTIMIZERS = {
 }
 
 
-def wrap_parallel(model, device, parallel: dict, world: int):
-    """Data parallel by DDP, or sharded by FSDP2 (fully_shard per block, then root)."""
+def wrap_parallel(model, device, parallel: dict, world: int, dtype):
+    """Data parallel by DDP, or sharded by FSDP2 (fully_shard per block, then root).
+
+    FSDP2 runs mixed precision itself, as torchtitan does: each block's parameters are
+    all-gathered in the low precision and computed in it, gradients are reduced in fp32,
+    and the sharded fp32 parameters are the master weights. No autocast around the step:
+    its weight-cast cache would keep a low-precision copy of every unsharded block until
+    the forward ends (the whole model per rank)."""
     if world == 1:
         return model
     if parallel["sharding"] == "fsdp":
+        policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
         for block in transformer_blocks(model):
-            fully_shard(block)
-        fully_shard(model)
+            fully_shard(block, mp_policy=policy)
+        fully_shard(model, mp_policy=policy)
         return model
     return DistributedDataParallel(model, **device.ddp_options())
 
@@ -416,7 +428,7 @@ def train(metrics: dict, started: float) -> None:
         enable_activation_checkpointing(model)
     model = device.prepare(model, run["attention"], training=True)
     model.train()
-    model = wrap_parallel(model, device, parallel, world)
+    model = wrap_parallel(model, device, parallel, world, dtype)
     if on_meta:
         materialise(model, buffers, device.device)
     if run["compile"]:
@@ -424,13 +436,14 @@ def train(metrics: dict, started: float) -> None:
     optimizer = device.optimizer(
         run["optimizer"]["name"], model.parameters(), run["optimizer"]["args"]
     )
-    scaler = device.grad_scaler(dtype)
+    scaler = device.grad_scaler(dtype, world > 1 and parallel["sharding"] == "fsdp")
     torch.manual_seed(run["seed"] + rank)  # different data on every rank
     batch = synthetic_batch(run, model_plan, device.device)
-    autocast = device.autocast(dtype)
     options = device.forward_options(run["attention"])
     accumulation = run["grad_accum"]
     sharded = world > 1 and parallel["sharding"] == "fsdp"
+    # FSDP2's policy casts (see wrap_parallel); DDP and one device use autocast.
+    autocast = contextlib.nullcontext() if sharded else device.autocast(dtype)
 
     def step() -> torch.Tensor:
         total = torch.zeros((), device=device.device)

@@ -39,7 +39,7 @@ from accelerate import init_empty_weights  # noqa: E402
 from diffusers import SD3Transformer2DModel  # noqa: E402
 from habana_frameworks.torch.hpex.normalization import FusedClipNorm  # noqa: E402
 from habana_frameworks.torch.hpex.optimizers import FusedAdamW  # noqa: E402
-from torch.distributed.fsdp import fully_shard  # noqa: E402
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 
 # ==== benchc: the resolved plan of this program ====
@@ -166,7 +166,7 @@ class Device:
             self._clip_norm = FusedClipNorm(params, max_norm)
         self._clip_norm.clip_norm(params)
 
-    def grad_scaler(self, dtype):
+    def grad_scaler(self, dtype, sharded: bool):
         return None  # no fp16 on Gaudi (the target table refuses it at compile time)
 
     def ddp_options(self) -> dict:
@@ -400,14 +400,21 @@ TORCH_OPTIMIZERS = {
 }
 
 
-def wrap_parallel(model, device, parallel: dict, world: int):
-    """Data parallel by DDP, or sharded by FSDP2 (fully_shard per block, then root)."""
+def wrap_parallel(model, device, parallel: dict, world: int, dtype):
+    """Data parallel by DDP, or sharded by FSDP2 (fully_shard per block, then root).
+
+    FSDP2 runs mixed precision itself, as torchtitan does: each block's parameters are
+    all-gathered in the low precision and computed in it, gradients are reduced in fp32,
+    and the sharded fp32 parameters are the master weights. No autocast around the step:
+    its weight-cast cache would keep a low-precision copy of every unsharded block until
+    the forward ends (the whole model per rank)."""
     if world == 1:
         return model
     if parallel["sharding"] == "fsdp":
+        policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
         for block in transformer_blocks(model):
-            fully_shard(block)
-        fully_shard(model)
+            fully_shard(block, mp_policy=policy)
+        fully_shard(model, mp_policy=policy)
         return model
     return DistributedDataParallel(model, **device.ddp_options())
 
@@ -427,7 +434,7 @@ def train(metrics: dict, started: float) -> None:
         enable_activation_checkpointing(model)
     model = device.prepare(model, run["attention"], training=True)
     model.train()
-    model = wrap_parallel(model, device, parallel, world)
+    model = wrap_parallel(model, device, parallel, world, dtype)
     if on_meta:
         materialise(model, buffers, device.device)
     if run["compile"]:
@@ -435,13 +442,14 @@ def train(metrics: dict, started: float) -> None:
     optimizer = device.optimizer(
         run["optimizer"]["name"], model.parameters(), run["optimizer"]["args"]
     )
-    scaler = device.grad_scaler(dtype)
+    scaler = device.grad_scaler(dtype, world > 1 and parallel["sharding"] == "fsdp")
     torch.manual_seed(run["seed"] + rank)  # different data on every rank
     batch = synthetic_batch(run, model_plan, device.device)
-    autocast = device.autocast(dtype)
     options = device.forward_options(run["attention"])
     accumulation = run["grad_accum"]
     sharded = world > 1 and parallel["sharding"] == "fsdp"
+    # FSDP2's policy casts (see wrap_parallel); DDP and one device use autocast.
+    autocast = contextlib.nullcontext() if sharded else device.autocast(dtype)
 
     def step() -> torch.Tensor:
         total = torch.zeros((), device=device.device)
