@@ -208,18 +208,14 @@ def check_program(source: str) -> Report:
 
 
 def returned_dict_keys(source: str, function: str) -> set[str]:
-    """Keys of the dict literals that a function (or method) of the program returns."""
+    """Keys of the dict literals in a function (or method) of the program: what it returns,
+    directly or spread into the dict it returns."""
     keys: set[str] = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.FunctionDef) and node.name == function:
             for inner in ast.walk(node):
-                if not isinstance(inner, ast.Return):
-                    continue
-                value = inner.value
-                branches = [value.body, value.orelse] if isinstance(value, ast.IfExp) else [value]
-                for branch in branches:
-                    if isinstance(branch, ast.Dict):
-                        keys |= {k.value for k in branch.keys if isinstance(k, ast.Constant)}
+                if isinstance(inner, ast.Dict):
+                    keys |= {k.value for k in inner.keys if isinstance(k, ast.Constant)}
     return keys
 
 

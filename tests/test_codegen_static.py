@@ -38,7 +38,7 @@ VARIANTS = [
     ("llama:h100", ["parallel.sharding=zero2"]),
     ("generate:gaudi2", []),
     ("generate:h100", []),
-    ("generate:a100", ["infer.compile=true", "infer.kv_cache=dynamic"]),
+    ("generate:a100", ["infer.compile=true", "infer.graphs=false"]),
     ("pipeline:gaudi2", []),
     ("pipeline:h100", ["infer.compile=true"]),
 ]
@@ -224,8 +224,12 @@ def test_generation_options_exist(target):
             assert name in DeepSpeedInferenceConfig.model_fields
         assert "injection_policy={LlamaDecoderLayer:" in program.replace("\n", "")
     else:
-        assert options == {"cache_implementation", "disable_compile"}
+        assert options == {"cache_implementation", "disable_compile", "compile_config"}
         assert all(hasattr(GenerationConfig(), name) for name in options)
+        from transformers import CompileConfig
+
+        assert CompileConfig(mode="reduce-overhead").mode == "reduce-overhead"  # graphs
+        assert "compile_config.mode" not in program and "CompileConfig(mode=mode)" in program
 
 
 def importlib_path(package: str) -> str:

@@ -29,6 +29,8 @@ class Target:
     attention_precisions: dict[str, tuple[str, ...]]  # kernel -> the only precisions it runs
     distributed_backend: str  # torch.distributed backend
     launchers: tuple[str, ...]  # first = default
+    graphs: str | None  # what infer.graphs runs on this target; None: refused, see no_graphs
+    no_graphs: str | None  # why not, and what to write instead
     facts_source: str = field(default="DESIGN.md reference table (vendor datasheets)")
 
     def peak_flops(self, precision: str) -> float | None:
@@ -69,8 +71,9 @@ _CPU_NO_ATTENTION = {
     "xformers": "xFormers runs only on CUDA; on cpu write attention = fused or sdpa "
     "(e.g. `on cpu { train.attention = sdpa }`)",
 }
-_GAUDI_LAUNCHERS = ("mpirun", "deepspeed", "torchrun")
-_CUDA_LAUNCHERS = ("torchrun",)
+_GAUDI_LAUNCHERS = ("python", "mpirun", "deepspeed")  # see codegen/launchers.py for the rule
+_CUDA_LAUNCHERS = ("python", "torchrun")
+_CUDA_GRAPHS = "CUDA graphs: torch.compile(mode='reduce-overhead') of the decode step or the MMDiT"
 
 
 _GAUDI2 = Target(
@@ -88,6 +91,8 @@ _GAUDI2 = Target(
     attention_precisions={},
     distributed_backend="hccl",
     launchers=_GAUDI_LAUNCHERS,
+    graphs="HPU graphs (habana_frameworks wrap_in_hpu_graph; optimum-habana's use_hpu_graphs)",
+    no_graphs=None,
 )
 
 _H100 = Target(
@@ -105,6 +110,8 @@ _H100 = Target(
     attention_precisions=_CUDA_FLASH_PRECISIONS,
     distributed_backend="nccl",
     launchers=_CUDA_LAUNCHERS,
+    graphs=_CUDA_GRAPHS,
+    no_graphs=None,
 )
 
 
@@ -138,6 +145,8 @@ TARGETS: dict[str, Target] = {
             attention_precisions=_CUDA_FLASH_PRECISIONS,
             distributed_backend="nccl",
             launchers=_CUDA_LAUNCHERS,
+            graphs=_CUDA_GRAPHS,
+            no_graphs=None,
         ),
         _H100,
         # Same chip and software as the H100; more and faster memory.
@@ -158,7 +167,9 @@ TARGETS: dict[str, Target] = {
             unsupported_attention=_CPU_NO_ATTENTION,
             attention_precisions={},
             distributed_backend="gloo",
-            launchers=("torchrun",),
+            launchers=("python", "torchrun"),
+            graphs=None,
+            no_graphs="the CPU has no graph replay; write `on cpu { infer.graphs = false }`",
             facts_source="no peak figures: MFU is not reported for cpu",
         ),
     )

@@ -89,8 +89,8 @@ META_INIT_PARAMS = 2e9  # inference: from this size, split the model before allo
 def _meta_init(model: LlamaModel, work, family: str) -> bool:
     """Build on the meta device and allocate only this rank's shards? Training with FSDP2
     always does (random weights need no loading). Tensor-parallel inference does for models
-    of 2B parameters and more on CPU and CUDA; Gaudi's DeepSpeed inference needs a
-    checkpoint to fill a meta model, so there the whole model is built first."""
+    of 2B parameters and more: DTensor on CPU and CUDA, DeepSpeed's AutoTP on Gaudi (it
+    materialises a meta model's shards on the card; the program then fills them)."""
     if model.weights is not None:
         return False
     if isinstance(work, TrainWorkload):
@@ -100,7 +100,7 @@ def _meta_init(model: LlamaModel, work, family: str) -> bool:
     size = llama_params(
         model.hidden, model.layers, model.heads, model.kv_heads, model.intermediate, model.vocab
     )
-    return family != "hpu" and size >= META_INIT_PARAMS
+    return size >= META_INIT_PARAMS
 
 
 def _llama_model(model: LlamaModel, work, family: str) -> dict:
@@ -264,6 +264,8 @@ def import_lines(family: str, kind: str, workload: str, deepspeed: bool = False)
             need("optimum.habana.transformers.gaudi_configuration", "GaudiConfig")
     if kind == "llama":
         need("transformers", "LlamaConfig", "LlamaForCausalLM")
+        if family == "cuda" and workload == "infer":
+            need("transformers", "CompileConfig")
         if family == "hpu":
             need("optimum.habana.transformers.modeling_utils", "adapt_transformers_to_gaudi")
     if kind != "sd3":  # core_meta.py.j2

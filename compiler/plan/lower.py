@@ -243,6 +243,14 @@ def _resolve_model(settings: Settings, kind: str, problems: list) -> dict:
             )
         model.update(known[preset])
     model.update(written)
+    if kind == "sd3" and "text_tokens" in written:
+        problems.append(
+            Diagnostic(
+                "model.sd3.text_tokens does not apply: the pipeline makes its own text context",
+                settings.span(("model", kind, "text_tokens"), True),
+                hint="its length is CLIP's 77 tokens + t5_tokens; set t5_tokens instead",
+            )
+        )
     missing = [key for key in REQUIRED_MODEL[kind] if model.get(key) is None]
     if missing:
         presets = ", ".join(f'"{p}"' for p in PRESETS[kind])

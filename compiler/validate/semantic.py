@@ -13,6 +13,7 @@ from ..catalog.targets import TARGETS
 from ..diagnostics import Diagnostic, Span, choices_hint
 from ..plan.lower import METRICS, OBJECTIVES, Resolved
 from ..plan.types import InferWorkload, LlamaModel, Plan, SD3Pipeline, TrainWorkload
+from .capabilities import check_capabilities
 from .schema import setting_names
 
 Rule = Callable[[Plan, Resolved], Iterator[Diagnostic]]
@@ -28,7 +29,7 @@ def check_plan(plan: Plan, resolved: Resolved) -> list[Diagnostic]:
     found = []
     for check in RULES:
         found.extend(check(plan, resolved))
-    return found
+    return found + check_capabilities(plan, resolved)
 
 
 def _span(resolved: Resolved, *path, key: bool = False) -> Span:

@@ -144,7 +144,7 @@ class Device:
     def compile(self, model):
         return torch.compile(model)
 
-    def optimizer(self, name: str, params, args: dict):
+    def optimizer(self, name: str, params, args: dict, sharded: bool):
         return TORCH_OPTIMIZERS[name](params, **args)
 
     def clip_grad_norm(self, params, max_norm: float) -> None:
@@ -433,15 +433,14 @@ def train(metrics: dict, started: float) -> None:
         materialise(model, buffers, device.device)
     if run["compile"]:
         model = device.compile(model)
-    optimizer = device.optimizer(
-        run["optimizer"]["name"], model.parameters(), run["optimizer"]["args"]
-    )
-    scaler = device.grad_scaler(dtype, world > 1 and parallel["sharding"] == "fsdp")
+    sharded = world > 1 and parallel["sharding"] == "fsdp"
+    name, args = run["optimizer"]["name"], run["optimizer"]["args"]
+    optimizer = device.optimizer(name, model.parameters(), args, sharded)
+    scaler = device.grad_scaler(dtype, sharded)
     torch.manual_seed(run["seed"] + rank)  # different data on every rank
     batch = synthetic_batch(run, model_plan, device.device)
     options = device.forward_options(run["attention"])
     accumulation = run["grad_accum"]
-    sharded = world > 1 and parallel["sharding"] == "fsdp"
     # FSDP2's policy casts (see wrap_parallel); DDP and one device use autocast.
     autocast = contextlib.nullcontext() if sharded else device.autocast(dtype)
 

@@ -155,8 +155,10 @@ class Device:
     def compile(self, model):
         return torch.compile(model, backend="hpu_backend")
 
-    def optimizer(self, name: str, params, args: dict):
-        if name == "adamw":
+    def optimizer(self, name: str, params, args: dict, sharded: bool):
+        """Habana's FusedAdamW, except over FSDP2's sharded parameters (DTensors), for which
+        it allocates state of the whole parameter's shape: torch's AdamW there."""
+        if name == "adamw" and not sharded:
             return FusedAdamW(params, **args)
         return TORCH_OPTIMIZERS[name](params, **args)
 
@@ -439,15 +441,14 @@ def train(metrics: dict, started: float) -> None:
         materialise(model, buffers, device.device)
     if run["compile"]:
         model = device.compile(model)
-    optimizer = device.optimizer(
-        run["optimizer"]["name"], model.parameters(), run["optimizer"]["args"]
-    )
-    scaler = device.grad_scaler(dtype, world > 1 and parallel["sharding"] == "fsdp")
+    sharded = world > 1 and parallel["sharding"] == "fsdp"
+    name, args = run["optimizer"]["name"], run["optimizer"]["args"]
+    optimizer = device.optimizer(name, model.parameters(), args, sharded)
+    scaler = device.grad_scaler(dtype, sharded)
     torch.manual_seed(run["seed"] + rank)  # different data on every rank
     batch = synthetic_batch(run, model_plan, device.device)
     options = device.forward_options(run["attention"])
     accumulation = run["grad_accum"]
-    sharded = world > 1 and parallel["sharding"] == "fsdp"
     # FSDP2's policy casts (see wrap_parallel); DDP and one device use autocast.
     autocast = contextlib.nullcontext() if sharded else device.autocast(dtype)
 
