@@ -149,6 +149,12 @@ def test_llama_inference_tokens_equal_transformers_greedy_generate(tmp_path):
     assert generation["first_sequence"] == expected
     assert len(expected) == run["output_tokens"] == generation["output_tokens"]
     assert generation["ttft_s"] > 0 and generation["tpot_s"] > 0
+    # measured the same way on every target: a one-token call, then the rest of a full call
+    text = (point / "bench.py").read_text()
+    assert "streamer" not in text and "_, prefill = timed(1)" in text
+    step = metrics["step_time_s"]["median"]
+    estimate = generation["ttft_s"] + (run["output_tokens"] - 1) * generation["tpot_s"]
+    assert estimate == pytest.approx(step, rel=0.25)
     assert metrics["throughput"]["unit"] == "output tokens/s"
 
 
@@ -161,6 +167,7 @@ def test_sd3_pipeline_makes_images_and_times_the_denoising_loop(tmp_path):
     assert 0 < pipeline["denoise_s_per_image"] < pipeline["s_per_image"]
     assert metrics["throughput"]["job"] == pytest.approx(1 / pipeline["s_per_image"], rel=0.5)
     assert metrics["world_size"] == 1
+    assert f"s_per_image: {pipeline['s_per_image']:.4g} s/image" in proc.stdout  # not images/s
 
 
 def test_large_model_path_splits_before_allocating(tmp_path):

@@ -279,7 +279,6 @@ def import_lines(family: str, kind: str, workload: str, deepspeed: bool = False)
             need("habana_frameworks.torch.hpex.normalization", "FusedClipNorm")
             need("habana_frameworks.torch.hpex.optimizers", "FusedAdamW")
     elif kind == "llama":
-        need("transformers.generation.streamers", "BaseStreamer")
         # the core's tensor_parallel (DTensor); Gaudi's adapter uses DeepSpeed instead
         need("torch.distributed.device_mesh", "init_device_mesh")
         need("torch.distributed.tensor.parallel", "ColwiseParallel", "RowwiseParallel",

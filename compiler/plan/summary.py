@@ -52,6 +52,21 @@ def _workload_line(plan: Plan) -> str:
     )
 
 
+def _cost_line(plan: Plan) -> str:
+    """Parameters and model FLOPs per sample (what MFU divides by the peak)."""
+    cost = plan.cost
+    if isinstance(plan.workload, InferWorkload):
+        w = plan.workload
+        per = ("image (the MMDiT over every denoising step; encoders and VAE not counted)"
+               if isinstance(plan.model, SD3Pipeline)
+               else f"sequence (prefill of {w.input_tokens} + {w.output_tokens} decode steps)")  # fmt: skip
+        flops = f"{cost.forward_flops_per_sample:.3e} FLOPs per {per}"
+    else:
+        per = "image" if plan.workload.resolution else f"sequence of {plan.workload.seq_len} tokens"
+        flops = f"{cost.train_flops_per_sample:.3e} training FLOPs per {per} (forward + backward)"
+    return f"{cost.params:,} parameters; {flops}"
+
+
 def summarize(plan: Plan) -> str:
     t, c, p = plan.target, plan.cluster, plan.parallel
     point = ", ".join(f"{k}={v}" for k, v in plan.point_values) or "no sweep"
@@ -66,6 +81,8 @@ def summarize(plan: Plan) -> str:
         f"sharding {p.sharding}, activation checkpointing {'on' if p.activation_checkpointing else 'off'}",
         f"  measure   {plan.measure.metric}, repeat {plan.measure.repeat}",
     ]
+    if plan.cost is not None:
+        lines.insert(5, f"  cost      {_cost_line(plan)}")
     for ref in plan.references:
         lines.append(
             f"  reference {ref.value:g} {ref.unit} ({ref.label}{'; ' + ref.source if ref.source else ''})"

@@ -1,0 +1,175 @@
+"""The Gaudi and CUDA branches the CPU cannot take, checked against the installed torch,
+transformers, DeepSpeed and optimum-habana (read from their source where importing them
+needs the device). Each test names the defect of the expert review it guards against."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import re
+from pathlib import Path
+
+import pytest
+from codegen_helpers import spec_files
+
+from conftest import REPO, run_cli
+
+
+def site(package_path: str) -> Path:
+    import optimum
+
+    return Path(optimum.__path__[0]).parent / package_path
+
+
+def plan_of(program: str) -> dict:
+    for node in ast.parse(program).body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "PLAN":
+            return ast.literal_eval(node.value)
+    raise AssertionError("no PLAN")
+
+
+def attention_backends(program: str) -> dict[str, list[str]]:
+    """The SDPA backends the program's Device.attention table names for each kernel."""
+    for node in ast.walk(ast.parse(program)):
+        if isinstance(node, ast.FunctionDef) and node.name == "attention":
+            for inner in ast.walk(node):
+                if isinstance(inner, ast.Dict) and inner.keys:
+                    return {k.value: [e.attr for e in v.elts] for k, v in zip(inner.keys, inner.values)}
+    raise AssertionError("no attention table")
+
+
+def test_cuda_generation_runs_kernels_that_take_the_mask_of_a_static_cache():
+    from torch.nn.attention import SDPBackend
+
+    program = spec_files("beluga-infer.bench", "h100")["bench.py"]
+    backends = attention_backends(program)
+    assert backends["fused"] == ["EFFICIENT_ATTENTION", "CUDNN_ATTENTION"]
+    assert all(hasattr(SDPBackend, name) for names in backends.values() for name in names)
+    training = attention_backends(spec_files("beluga-train.bench", "h100")["bench.py"])
+    assert training["fused"] == ["FLASH_ATTENTION"]  # training passes no mask: flash stays
+
+
+def test_flash_generation_with_a_static_cache_is_refused_with_the_fix():
+    result = run_cli(
+        "check", "specs/beluga-infer.bench", "-t", "h100", "--set", "infer.attention=flash", cwd=REPO
+    )
+    assert result.code == 2 and "cannot run generation with a static KV cache" in result.err
+    assert "attention = fused" in result.err and "--set[1]:1:17:" in result.err
+    dynamic = [
+        "--set",
+        "infer.attention=flash",
+        "--set",
+        "infer.kv_cache=dynamic",
+        "--set",
+        "infer.graphs=false",
+    ]
+    assert run_cli("check", "specs/beluga-infer.bench", "-t", "h100", *dynamic, cwd=REPO).code == 0
+
+
+def test_graphs_are_honoured_on_cuda_and_refused_on_the_cpu():
+    from transformers import CompileConfig, GenerationConfig
+
+    generate = spec_files("beluga-infer.bench", "h100")["bench.py"]
+    assert plan_of(generate)["infer"]["graphs"] is True
+    assert 'mode = "reduce-overhead" if run["graphs"] else "default"' in generate
+    assert hasattr(GenerationConfig(), "compile_config")
+    assert "mode" in inspect.signature(CompileConfig).parameters
+    pipeline = spec_files("sd3-infer.bench", "h100")["bench.py"]
+    assert 'pipe.transformer.compile(mode="reduce-overhead")' in pipeline
+    import torch
+
+    assert "mode" in inspect.signature(torch.compile).parameters  # Module.compile passes it on
+    result = run_cli("check", "specs/sd3-infer.bench", "-t", "cpu", "--set", "infer.graphs=true", cwd=REPO)
+    assert result.code == 2 and "cannot run infer.graphs = true" in result.err
+
+
+def test_gaudi_generation_builds_on_meta_and_never_holds_the_whole_model():
+    """S5 on Gaudi: meta build, DeepSpeed AutoTP in bf16 materialising shards on the card,
+    scoped all-reduce and HPU graphs as optimum-habana's text generation."""
+    from deepspeed.inference.config import DeepSpeedInferenceConfig
+    from deepspeed.module_inject import layers
+
+    program = spec_files("beluga-infer.bench", "gaudi2")["bench.py"]
+    plan = plan_of(program)
+    assert plan["model"]["meta_init"] is True and plan["parallel"]["tensor"] == 8
+    assert "model = deepspeed_tensor_parallel(model, degree, dtype, graphs)" in program
+    assert "dtype=dtype," in program and "dtype=model.dtype" not in program
+    for name in ("dtype", "tensor_parallel", "enable_cuda_graph", "injection_policy"):
+        assert name in DeepSpeedInferenceConfig.model_fields, name
+    engine = (Path(layers.__file__).parent.parent / "inference" / "engine.py").read_text()
+    assert re.search(r"if is_meta_device:\s+self\.module\.to_empty\(device=device\)", engine)
+    assert hasattr(layers, "LinearAllreduce")
+    scoped = site("optimum/habana/transformers/models/modeling_all_models.py").read_text()
+    assert "class ScopedLinearAllReduce(torch.nn.Module):\n    def __init__(self, mod," in scoped
+    assert "ScopedLinearAllReduce(mod=child)" in program
+    assert 'wrap = run["graphs"] and not self.graphs_taken' in program
+
+
+def test_gaudi_training_of_s4_uses_zero3_and_fsdp_in_lazy_mode_is_refused():
+    files = spec_files("beluga-train.bench", "gaudi2")
+    plan = plan_of(files["bench.py"])
+    assert plan["parallel"]["sharding"] == "zero3"
+    assert "deepspeed.launcher.runner" in files["launch.sh"]
+    result = run_cli(
+        "check", "specs/beluga-train.bench", "-t", "gaudi2", "--set", "parallel.sharding=fsdp", cwd=REPO
+    )
+    assert result.code == 2 and "needs eager mode with torch.compile" in result.err
+    assert "zero3" in result.err
+    eager = ["--set", "parallel.sharding=fsdp", "--set", "train.compile=true"]
+    program = spec_files("beluga-train.bench", "gaudi2", overrides=eager[1::2])["bench.py"]
+    assert 'if name == "adamw" and not sharded:' in program  # no FusedAdamW over DTensors
+
+
+def test_gaudi_pipeline_runs_bf16_weights_without_autocast():
+    program = spec_files("sd3-infer.bench", "gaudi2")["bench.py"]
+    assert "GaudiConfig(use_torch_autocast=False)" in program
+    config = site("optimum/habana/transformers/gaudi_configuration.py").read_text()
+    assert 'kwargs.pop("use_torch_autocast"' in config
+
+
+def test_gaudi_ddp_bucket_is_optimum_habanas_default():
+    source = site("optimum/habana/transformers/training_args.py").read_text()
+    default = int(re.search(r"ddp_bucket_cap_mb: Optional\[int\] = field\(\s*default=(\d+)", source).group(1))
+    program = spec_files("sd3.bench", "gaudi2")["bench.py"]
+    assert f'"bucket_cap_mb": {default},' in program and default == 230
+
+
+def test_what_the_docs_say_of_gaudis_prompt_padding_is_true_of_its_pipeline():
+    """docs/programs.md: Gaudi pads the text context to a multiple of 256 bytes / element
+    (128 tokens at bf16), 333 -> 384; the FLOPs count the 333."""
+    source = site("optimum/habana/diffusers/pipelines/stable_diffusion_3/pipeline_stable_diffusion_3.py")
+    text = source.read_text()
+    assert "kernel_input_alignment_size = int(256 / prompt_embeds.element_size())" in text
+    align = 256 // 2
+    assert -(-(77 + 256) // align) * align == 384
+    assert "333 -> 384" in (REPO / "docs" / "programs.md").read_text()
+
+
+@pytest.mark.parametrize("spec", ["sd3.bench", "beluga-train.bench", "sd3-infer.bench", "beluga-infer.bench"])
+def test_every_program_prints_its_headline_metric_in_its_own_unit(spec):
+    program = spec_files(spec, "cpu", smoke=True)["bench.py"]
+    assert "value, unit = headline(metrics)" in program
+    assert '"s_per_image": ("pipeline", "s_per_image", "s/image")' in program
+
+
+def test_the_prepared_gpu_check_compiles_every_program_it_would_run(tmp_path):
+    """benchmarks/gpu_check.sh --dry-run: S1, S3, S4 and S5 compiled for one GPU, each
+    launcher parsed, its command printed; nothing needs a GPU."""
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.run(["bash", "benchmarks/gpu_check.sh", "--dry-run"], cwd=REPO, capture_output=True,
+                          text=True, timeout=120,
+                          env={**os.environ, "PYTHON": sys.executable, "OUT": str(tmp_path)})  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("bench.py --metrics") == 4 and "4 programs compiled for h200" in proc.stdout
+    for name, experiment in (("s1", "sd3_mmdit_train"), ("s3", "sd3_large_infer"),
+                             ("s4", "beluga_70b_train"), ("s5", "beluga_70b_infer")):  # fmt: skip
+        manifest = tmp_path / "build" / name / experiment / "h200/default/manifest.json"
+        plan = __import__("json").loads(manifest.read_text())["plan"]
+        assert plan["cluster"]["world_size"] == 1 and plan["smoke"] is False
+        if name in ("s4", "s5"):
+            assert plan["model"]["layers"] == 2 and plan["model"]["hidden"] == 8192
+    s5 = (tmp_path / "build/s5/beluga_70b_infer/h200/default/bench.py").read_text()
+    assert plan_of(s5)["infer"]["graphs"] is True and plan_of(s5)["infer"]["kv_cache"] == "static"
