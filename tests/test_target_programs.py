@@ -173,3 +173,11 @@ def test_the_prepared_gpu_check_compiles_every_program_it_would_run(tmp_path):
             assert plan["model"]["layers"] == 2 and plan["model"]["hidden"] == 8192
     s5 = (tmp_path / "build/s5/beluga_70b_infer/h200/default/bench.py").read_text()
     assert plan_of(s5)["infer"]["graphs"] is True and plan_of(s5)["infer"]["kv_cache"] == "static"
+
+
+def test_the_text_plan_shows_parameters_and_flops_per_sample():
+    result = run_cli("plan", "specs/sd3.bench", "-t", "h100", cwd=REPO)
+    assert "2,028,328,000 parameters; 1.736e+12 training FLOPs per image" in result.out
+    infer = run_cli("plan", "specs/beluga-infer.bench", "-t", "h100", cwd=REPO).out
+    assert "68,976,648,192 parameters" in infer and "prefill of 128 + 2048 decode steps" in infer
+    assert "train_flops" not in infer
