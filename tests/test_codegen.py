@@ -74,7 +74,8 @@ def test_compile_of_a_workload_not_generated_yet_is_a_clear_error(tmp_path):
 def test_deepspeed_fp16_on_the_cpu_is_refused_with_the_fix(tmp_path):
     result = run_cli("compile", "specs/beluga-train.bench", "--smoke", "--set", "parallel.sharding=zero3",
                      "-o", str(tmp_path), cwd=REPO)  # fmt: skip
-    assert result.code == 2 and "DeepSpeed has no fp16 on the CPU" in result.err
+    assert result.code == 2 and "has no fp16 on the CPU" in result.err
+    assert "train.precision = bf16" in result.err
 
 
 def test_compile_never_imports_torch(tmp_path):

@@ -47,8 +47,16 @@ CASES = [
     ),
     (
         "heads divisible by tensor",
-        spec(rest="cluster { devices_per_node = 4 } parallel { tensor = 4 }"),
-        spec(rest="cluster { devices_per_node = 3 } parallel { tensor = 3 }"),
+        spec(
+            model="model llama { hidden = 512; layers = 2; heads = 8; intermediate = 1024 }",
+            work="infer { batch = 1 }",
+            rest="cluster { devices_per_node = 4 } parallel { tensor = 4 }",
+        ),
+        spec(
+            model="model llama { hidden = 512; layers = 2; heads = 8; intermediate = 1024 }",
+            work="infer { batch = 1 }",
+            rest="cluster { devices_per_node = 3 } parallel { tensor = 3 }",
+        ),
         "heads % tensor == 0",
     ),
     (
@@ -117,7 +125,7 @@ CASES = [
     ),
     (
         "fp8 needs hardware",
-        spec(work="train { batch = 1; precision = fp8 }", targets="[h100]"),
+        spec(work="train { batch = 1; precision = bf16 }", targets="[a100]"),
         spec(work="train { batch = 1; precision = fp8 }", targets="[a100]"),
         "no FP8 tensor cores",
     ),
@@ -160,6 +168,17 @@ def test_rule(problems, name, good, bad, rule):
     text = " ".join(f"{d.message} {d.hint or ''}" for d in found)
     assert rule in text
     assert all(d.span is not None and d.span.source.name.endswith("s.bench") for d in found)
+
+
+def test_what_is_not_generated_is_refused_by_check_at_the_setting(problems):
+    """check refuses everything compile would (fp8, tensor-parallel training, ...)."""
+    for work, rest, words in (
+        ("train { batch = 1; precision = fp8 }", "", "fp8 programs are not generated yet"),
+        ("train { batch = 4 }", "cluster { devices_per_node = 2 } parallel { tensor = 2 }",
+         "tensor parallel training is not generated yet"),
+    ):  # fmt: skip
+        (found,) = problems(spec(work=work, rest=rest))
+        assert words in found.message and found.span.source.name.endswith("s.bench")
 
 
 def test_every_rule_states_its_rule():

@@ -13,10 +13,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..diagnostics import BenchError, error
+from ..diagnostics import error
 from ..plan.types import Plan
 from .points import EXECUTABLE, render_point
-from .programs import unsupported
 
 RUNS = "runs"  # benchc run keeps each trial's log and metrics here
 
@@ -36,9 +35,6 @@ def point_dir(out: Path, plan: Plan) -> Path:
 def compile_plans(plans: tuple[Plan, ...], out: Path, sbatch: bool = False) -> list[BuiltPoint]:
     """`sbatch`: write job.sbatch beside cpu points too (it is always written for accelerator
     and multi-node points)."""
-    problems = [d for plan in plans for d in unsupported(plan)]
-    if problems:
-        raise BenchError(problems)
     rendered = [(plan, render_point(plan, sbatch=sbatch)) for plan in plans]  # render all, then write
     return [_write_point(point_dir(out, plan), plan, files) for plan, files in rendered]
 

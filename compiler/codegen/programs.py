@@ -12,7 +12,6 @@ from .. import __version__
 from ..catalog.sd3_components import CLIP_TOKENS
 from ..catalog.sd3_components import FULL as FULL_PARTS
 from ..catalog.sd3_components import SMOKE as SMOKE_PARTS
-from ..diagnostics import Diagnostic
 from ..plan.types import LlamaModel, MMDiTModel, Plan, SD3Pipeline, TrainWorkload
 from .environment import environment
 
@@ -26,37 +25,6 @@ ENTRIES = {"llama": ("core_generate.py.j2", "generate_benchmark"),
 UNITS = {"images_per_s": "images/s", "s_per_image": "images/s", "tokens_per_s": "tokens/s",
          "output_tokens_per_s": "output tokens/s", "ttft_s": "output tokens/s",
          "tpot_s": "output tokens/s"}  # fmt: skip
-
-
-def unsupported(plan: Plan) -> list[Diagnostic]:
-    """What this release cannot generate yet, said plainly (not a mistake in the spec)."""
-    where = f"{plan.spec.path}: {plan.experiment} / {plan.target.name}"
-    problems = []
-    if isinstance(plan.model, SD3Pipeline) and not {"clip_l", "clip_g"} <= set(plan.model.text_encoders):
-        problems.append(f"{where}: SD3 needs both CLIP encoders; only t5 can be left out")
-    if isinstance(plan.model, SD3Pipeline) and plan.cluster.world_size != 1:
-        problems.append(f"{where}: the SD3 pipeline benchmark runs on one device (world size 1)")
-    if plan.workload.precision == "fp8":
-        problems.append(f"{where}: fp8 training programs are not generated yet (they need "
-                        "Transformer Engine on CUDA or Intel Neural Compressor on Gaudi)")  # fmt: skip
-    p = plan.parallel
-    training = isinstance(plan.workload, TrainWorkload)
-    if p.pipeline > 1 or (p.tensor > 1 and training):
-        problems.append(f"{where}: pipeline parallel, and tensor parallel training, are not generated yet")
-    if uses_deepspeed(plan) and plan.target.family == "cpu" and plan.workload.precision == "fp16":
-        problems.append(
-            f"{where}: DeepSpeed has no fp16 on the CPU; write on cpu {{ train.precision = bf16 }}"
-        )
-    if uses_deepspeed(plan) and plan.workload.compile:
-        problems.append(f"{where}: compile with DeepSpeed ZeRO is not generated yet")
-    if not training and p.data > 1:
-        problems.append(f"{where}: data-parallel inference (replicas) is not generated yet")
-    if isinstance(plan.model, LlamaModel) and plan.workload.attention == "xformers":
-        problems.append(f"{where}: xformers attention is generated for MMDiT only")
-    return [
-        Diagnostic(message, None, hint="`benchc plan` shows the resolved plan meanwhile")
-        for message in problems
-    ]
 
 
 def _mmdit_model(model: MMDiTModel, work: TrainWorkload) -> dict:

@@ -216,8 +216,8 @@ def target_capabilities(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:
         yield Diagnostic(
             f"attention = {w.attention} on {t.name} runs only in {' or '.join(allowed)}, not {w.precision}",
             _span(r, w.kind, "attention"),
-            hint="PyTorch's flash-attention kernels have no fp32 variant; write attention = sdpa "
-            f"or precision = {allowed[0]}",
+            hint=f"PyTorch's flash-attention kernels have no {w.precision} variant; write "
+            f"attention = sdpa or precision = {allowed[0]}",
         )
     limit = t.devices_per_node
     if limit is not None and plan.cluster.devices_per_node > limit:
