@@ -94,3 +94,21 @@ def test_ci_runs_exactly_the_readme_test_command_with_the_tested_versions():
     )  # fmt: skip
     for name in ("torch", "diffusers", "transformers", "accelerate", "optimum-habana", "deepspeed"):
         assert name in pinned, name
+
+
+def test_manifests_name_the_tested_versions_of_constraints_txt(tmp_path):
+    import json
+
+    from benchc.catalog.versions import TESTED
+
+    pinned = dict(
+        line.split("==") for line in (REPO / "constraints.txt").read_text().splitlines()
+        if line and not line.startswith("#")
+    )  # fmt: skip
+    assert {name: pinned[name] for name in TESTED} == TESTED
+    from conftest import run_cli
+
+    assert run_cli("compile", "specs/sd3.bench", "-t", "gaudi2", "-o", str(tmp_path), cwd=REPO).code == 0
+    manifest = json.loads((tmp_path / "sd3_mmdit_train/gaudi2/batch-16/manifest.json").read_text())
+    assert manifest["checked_with"]["libraries"] == TESTED
+    assert "not run on Gaudi" in manifest["checked_with"]["how"]

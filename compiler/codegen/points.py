@@ -8,6 +8,7 @@ import json
 import jinja2
 
 from .. import __version__
+from ..catalog.versions import checked_with
 from ..plan.types import Plan
 from .launchers import JOB, LAUNCHER, launcher_kind, render_job, render_launcher, usage, wants_job
 from .programs import METRICS_SCHEMA_VERSION, PROGRAM, render_program
@@ -46,6 +47,7 @@ def render_manifest(plan: Plan, files: dict[str, str]) -> str:
             "metrics": "metrics.json",
             "metrics_schema": f"benchc-metrics/{METRICS_SCHEMA_VERSION}",
         },
+        "checked_with": checked_with(plan.target.family),
         "plan": plan.to_dict(),
     }
     return json.dumps(manifest, indent=2, sort_keys=True) + "\n"
