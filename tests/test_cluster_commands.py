@@ -87,7 +87,7 @@ def test_ingest_groups_the_trials_of_a_job_and_keeps_when_they_ran(tmp_path):
     report = tmp_path / "reports"
     assert benchc("report", "-o", str(report), db=db).returncode == 0
     page = (report / "report.md").read_text()
-    assert "102.0 [" in page  # one row: the median of 3 trials with its interval
+    assert "| 102 [" in page  # one row: the median of 3 trials with its interval (3 figures)
     assert "2 on 2 hosts" in page
 
 

@@ -12,6 +12,7 @@ import matplotlib.image
 import pytest
 from scripted_points import ok_metrics
 
+from benchc.report.headline import sig
 from benchc.report.stats import summarize, t95
 from benchc.results.store import Store
 
@@ -54,9 +55,10 @@ def test_smoke_run_of_s1_stores_both_points_and_reports_them(tmp_path):
     rows = table_rows(page)
     assert [r[:2] for r in rows] == [["batch-16", "cpu"], ["batch-32", "cpu"]]
     for row, record in zip(rows, records):
-        assert row[2] == f"{record.metrics['throughput']['job']:,.1f}"
-        assert row[3] == f"{record.metrics['throughput']['per_device']:,.1f}"
-        assert row[5] == f"{record.metrics['step_time_s']['median'] * 1e3:,.1f}"
+        assert row[2] == sig(record.metrics["throughput"]["job"])
+        assert row[3] == "1.00x"  # the only target is its own baseline
+        assert row[4] == sig(record.metrics["throughput"]["per_device"])
+        assert row[5] == sig(record.metrics["step_time_s"]["median"] * 1e3)
         assert row[8] == "-"  # no MFU on the cpu: its peak is unknown
     assert "smoke" in page
     assert_chart(tmp_path / "reports" / "sd3_mmdit_train-smoke.png")
@@ -89,11 +91,11 @@ def test_report_ratios_confidence_intervals_noise_and_references(tmp_path):
     report = benchc("report", "--baseline", "cpu", "-o", str(tmp_path / "out"), db=db)
     assert report.returncode == 0, report.stderr
     rows = {r[1]: r for r in table_rows((tmp_path / "out" / "report.md").read_text())}
-    assert rows["cpu"][4] == "1.00x"
-    assert rows["h100"][4] == "1.50x"  # median of 150, 160, 140 over 100
-    low, high = map(float, re.search(r"\[([\d.,]+), ([\d.,]+)\]", rows["h100"][2]).groups())
+    assert rows["cpu"][3] == "1.00x"
+    assert rows["h100"][3] == "1.50x"  # median of 150, 160, 140 over 100
+    low, high = re.search(r"\[([\d.,]+), ([\d.,]+)\]", rows["h100"][2]).groups()
     summary = summarize([150.0, 160.0, 140.0])
-    assert (low, high) == (round(summary.ci_low, 1), round(summary.ci_high, 1))
+    assert (low, high) == (sig(summary.ci_low), sig(summary.ci_high))
     assert "(noisy)" in rows["h100"][2]  # cv = 6.7% > 5%
     assert rows["h100"][9] == "2"  # world size: these metrics record no hosts
     assert rows["h100"][10] == "3"
@@ -118,3 +120,86 @@ def test_statistics():
     assert quiet.median == 100.0 and not quiet.noisy
     assert quiet.ci_low == pytest.approx(100.0 - 4.303 * 1.0 / 3**0.5)
     assert t95(1) == 12.706 and t95(22) == 2.086 and t95(1000) == 1.960  # between rows: the smaller df
+
+
+def test_significant_figures():
+    assert [sig(v) for v in (1254.0, 0.17399, 0.151, 12.0, 9.996, 0.0004567, 0.0, 123456.7)] == [
+        "1,250", "0.174", "0.151", "12.0", "10.0", "0.000457", "0", "123,000",
+    ]  # fmt: skip
+    assert sig(float("nan")) == "-" and sig(None) == "-"
+
+
+def store_trials(db, rows: dict, plan: dict, metric_fields=lambda m, v: None):
+    """rows: (target, point) -> values of the trials, stored as one series each."""
+    with Store(db) as store:
+        for (target, point), values in rows.items():
+            for trial, value in enumerate(values, 1):
+                m = ok_metrics(1.0 / value, target=target, point=point)
+                metric_fields(m, value)
+                run_id = store.start(experiment="sd3_large_infer", target=target, point=point,
+                                     point_values={"train.batch": int(point.split("-")[1])}, smoke=False,
+                                     spec_path=None, spec_sha256=None, build_path=None, log_path=None,
+                                     environment={}, series=f"{target}-{point}", trial=trial,
+                                     plan=plan(target, point))  # fmt: skip
+                store.finish(run_id, "ok", None, m)
+
+
+def test_a_lower_is_better_headline_leads_the_table_the_ratios_and_the_chart(tmp_path):
+    """S3's measure.metric is s_per_image: the table's headline column, the ratios (x faster)
+    and the chart are seconds per image, not images/s."""
+    db = tmp_path / "r.db"
+
+    def pipeline(m, seconds):
+        m["pipeline"] = {"s_per_image": seconds, "denoise_s_per_image": seconds / 2, "denoising_steps": 30,
+                         "guidance": 7.0, "resolution": 1024}  # fmt: skip
+        m["metric"] = "s_per_image"
+
+    def plan(target, point):
+        return {"measure": {"metric": "s_per_image"}, "references": [], "declared_references": []}
+
+    store_trials(db, {("a100", "batch-1"): [4.0, 4.0], ("gaudi2", "batch-1"): [2.0, 2.1]}, plan, pipeline)
+    assert benchc("report", "--baseline", "a100", "-o", str(tmp_path / "out"), db=db).returncode == 0
+    page = (tmp_path / "out" / "report.md").read_text()
+    assert "| point | target | seconds per image (s/image, lower is better) | vs a100 (>1 = better) |" in page
+    rows = {r[1]: r for r in table_rows(page)}
+    assert rows["gaudi2"][2].startswith("2.05 [") and rows["gaudi2"][3] == "1.95x"  # 4.0 / 2.05: faster
+    assert rows["a100"][3] == "1.00x"
+    assert_chart(tmp_path / "out" / "sd3_large_infer.png")
+
+
+def test_every_reference_is_placed_or_listed_with_its_reason(tmp_path):
+    db = tmp_path / "r.db"
+    declared = [
+        {"label": "gaudi2 b16 img", "target": "gaudi2", "value": 900.0, "unit": "img/s", "where": {}},
+        {"label": "gaudi2 b64", "target": "gaudi2", "value": 1300.0, "unit": "images/s",
+         "where": {"train.batch": 64}},
+        {"label": "a100 b16", "target": "a100", "value": 381.0, "unit": "images/s", "where": {}},
+        {"label": "gaudi2 watts", "target": "gaudi2", "value": 600.0, "unit": "W", "where": {}},
+        {"label": "gaudi2 per card", "target": "gaudi2", "value": 58.0, "unit": "img/s/card", "where": {}},
+    ]  # fmt: skip
+
+    def plan(target, point):
+        applying = [r for r in declared if r["target"] == target and not r["where"]]
+        return {
+            "measure": {"metric": "images_per_s"},
+            "references": applying,
+            "declared_references": declared,
+        }
+
+    store_trials(db, {("gaudi2", "batch-16"): [0.001]}, plan)
+    assert benchc("report", "-o", str(tmp_path / "out"), db=db).returncode == 0
+    page = (tmp_path / "out" / "report.md").read_text()
+    (row,) = table_rows(page)
+    assert "900 img/s (published)" in row[-1] and "58.0 img/s/card (published)" in row[-1]
+    assert "- reference a100 b16 not shown: no run of target a100 in this report" in page
+    assert "- reference gaudi2 b64 not shown: where train.batch = 64 matches no point that ran" in page
+    assert '- reference gaudi2 watts not shown: its unit "W" is neither the report\'s "images/s"' in page
+
+
+def test_read_commands_create_no_store(tmp_path):
+    missing = tmp_path / "nowhere" / "x.db"
+    for command in (["runs"], ["show", "abc"], ["export"], ["status"], ["report", "-o", str(tmp_path / "o")]):
+        result = benchc(*command, db=missing)
+        assert result.returncode in (0, 2) and "Traceback" not in result.stderr, command
+    assert not missing.parent.exists()
+    assert "no runs stored (no results store at" in benchc("runs", db=missing).stdout

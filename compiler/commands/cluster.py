@@ -7,7 +7,8 @@ import re
 import sys
 
 from ..diagnostics import BenchError, Diagnostic, Source, Span, error
-from ..results.store import Store
+from ..report.headline import headline
+from ..results.store import Store, open_existing
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_USER, EXIT_INTERRUPTED = 0, 1, 2, 130
 COMMANDS = ("submit", "status", "cancel")
@@ -129,7 +130,7 @@ def _table(records) -> None:
     rows = [("run", "job", "state", "experiment", "target", "point", "trial", "status", "result")]
     for r in records:
         if r.status == "ok" and r.metrics:
-            result = f"{r.metrics['throughput']['job']:,.2f} {r.metrics['throughput']['unit']}"
+            result = headline(r.metrics, ((r.plan or {}).get("measure") or {}).get("metric"))
             hosts = r.metrics.get("hosts")
             if hosts:
                 result += f" on {len(hosts)} host{'s' if len(hosts) > 1 else ''}"
@@ -146,7 +147,11 @@ def _table(records) -> None:
 def status(args) -> int:
     from ..cluster import jobs
 
-    with Store(args.db) as store:
+    store = open_existing(args.db)
+    if store is None:
+        _say("no submitted runs")
+        return EXIT_OK
+    with store:
         active = store.submitted(active_only=True)
         if args.wait:
             return _follow(store, None)
@@ -164,7 +169,13 @@ def cancel(args) -> int:
 
     if not args.runs and not args.all:
         raise error("name the runs to cancel, or --all", None, hint="`benchc status` lists them")
-    with Store(args.db) as store:
+    store = open_existing(args.db)
+    if store is None:
+        if args.runs:
+            raise error(f"no submitted run '{args.runs[0]}'", None, hint="`benchc status` lists them")
+        _say("no submitted run is pending or running")
+        return EXIT_OK
+    with store:
         active = store.submitted(active_only=True)
         if args.all:
             chosen = active

@@ -13,7 +13,8 @@ from pathlib import Path
 from .. import __version__
 from ..codegen.programs import UNITS
 from ..diagnostics import choices_hint, error
-from ..results.store import STATUSES, Store, new_id
+from ..report.headline import headline
+from ..results.store import STATUSES, Store, new_id, open_existing, store_path
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_USER, EXIT_INTERRUPTED = 0, 1, 2, 130
 COMMANDS = ("run", "runs", "show", "export", "ingest", "report")
@@ -132,7 +133,7 @@ def _run_points(points, store: Store, args) -> int:
                 outcome = execute(point, run_dir, timeout, progress.line)
             store.finish(run_id, outcome.status, outcome.cause, outcome.metrics, outcome.log_tail)
             tally[outcome.status] = tally.get(outcome.status, 0) + 1
-            _say(label, run_id, outcome)
+            _say(label, run_id, outcome, metric)
             if outcome.status == "interrupted":
                 print("benchc: interrupted; the remaining runs were not started", file=sys.stderr)
                 return EXIT_INTERRUPTED
@@ -141,12 +142,16 @@ def _run_points(points, store: Store, args) -> int:
     return EXIT_OK if set(tally) <= {"ok"} else EXIT_RUN_FAILED
 
 
-def _say(label: str, run_id: str, outcome) -> None:
+def _say(label: str, run_id: str, outcome, metric: str | None) -> None:
+    from ..report.headline import headline, sig
+
     if outcome.status == "ok":
         m = outcome.metrics
-        step_ms = m["step_time_s"]["median"] * 1e3
-        rate = f"{m['throughput']['job']:,.2f} {m['throughput']['unit']}"
-        print(f"ok      {label}: {rate}, step median {step_ms:.1f} ms  [run {run_id}]", flush=True)
+        step_ms = sig(m["step_time_s"]["median"] * 1e3)
+        rate = f"{sig(m['throughput']['job'])} {m['throughput']['unit']}"
+        head = headline(m, metric)
+        shown = rate if head == rate else f"{head} ({rate})"
+        print(f"ok      {label}: {shown}, step median {step_ms} ms  [run {run_id}]", flush=True)
     else:
         print(f"{outcome.status:7} {label}: {outcome.cause}  [run {run_id}]", flush=True)
         if outcome.log_tail:
@@ -158,7 +163,11 @@ def _say(label: str, run_id: str, outcome) -> None:
 
 
 def runs(args) -> int:
-    with Store(args.db) as store:
+    store = open_existing(args.db)
+    if store is None:
+        print(f"no runs stored (no results store at {store_path(args.db)})")
+        return EXIT_OK
+    with store:
         records = store.runs(args.experiment, args.target, args.status)
     if not records:
         print("no runs stored" + (" that match" if (args.experiment or args.target or args.status) else ""))
@@ -167,7 +176,7 @@ def runs(args) -> int:
     rows = [header]
     for r in records:
         if r.status == "ok" and r.metrics:
-            result = f"{r.metrics['throughput']['job']:,.2f} {r.metrics['throughput']['unit']}"
+            result = headline(r.metrics, ((r.plan or {}).get("measure") or {}).get("metric"))
         else:
             queued = r.status in ("pending", "running") and r.job_id
             result = f"job {r.job_id} {r.job_state}" if queued else (r.cause or "")[:60]
@@ -181,8 +190,11 @@ def runs(args) -> int:
 
 
 def show(args) -> int:
-    with Store(args.db) as store:
-        record = store.get(args.run_id)
+    store = open_existing(args.db)
+    record = None
+    if store is not None:
+        with store:
+            record = store.get(args.run_id)
     if record is None:
         raise error(f"no run '{args.run_id}' in the results store", None, hint="`benchc runs` lists them")
     print(json.dumps(record.to_dict(), indent=2, sort_keys=True))
@@ -195,8 +207,11 @@ CSV_COLUMNS = ("id", "experiment", "target", "point", "smoke", "trial", "status"
 
 
 def export(args) -> int:
-    with Store(args.db) as store:
-        records = store.runs(args.experiment)
+    store = open_existing(args.db)
+    records = []
+    if store is not None:
+        with store:
+            records = store.runs(args.experiment)
     if args.format == "json":
         text = json.dumps([r.to_dict() for r in records], indent=2, sort_keys=True) + "\n"
     else:
@@ -243,12 +258,28 @@ def ingest(args) -> int:
 # ---------------------------------------------------------------- report
 
 
+def file_name(text: str) -> str:
+    """A name from the store (an experiment) as one safe file name inside the output folder:
+    letters, digits and . _ - only, no leading dot, at most 80 characters; a name that had to
+    change gets a short hash of the original, so two names never meet in one file."""
+    import hashlib
+    import re
+
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", text).lstrip(".")[:80] or "report"
+    if safe != text:
+        safe += "-" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return safe
+
+
 def report(args) -> int:
     from ..report.collect import sections
-    from ..report.plot import bar_chart
-    from ..report.render import _key, html_page, markdown
+    from ..report.render import html_page, key, markdown
 
-    with Store(args.db) as store:
+    store = open_existing(args.db)
+    if store is None:
+        raise error(f"no runs to report: there is no results store at {store_path(args.db)}", None,
+                    hint="run something first: benchc run SPEC --smoke")  # fmt: skip
+    with store:
         records = store.runs(args.experiment)
     if not records:
         raise error("no runs to report" + (f" for experiment '{args.experiment}'" if args.experiment else ""),
@@ -263,14 +294,20 @@ def report(args) -> int:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise error(f"cannot write reports into '{out}': {exc.strerror or exc}", None) from None
-    charts = {}
+    charts, written = {}, []
+    try:
+        from ..report.plot import bar_chart
+    except ImportError:  # matplotlib comes with the run extra
+        bar_chart = None
+        print("benchc: no charts (matplotlib is not installed: pip install 'benchc[run]')", file=sys.stderr)
     for section in found:
-        if section.rows:
-            name = f"{_key(section)}.png"
+        if section.rows and bar_chart is not None:
+            name = f"{file_name(key(section))}.png"
             bar_chart(section, out / name)
-            charts[_key(section)] = name
-    name = (args.experiment or "report") + (".md" if args.format == "md" else ".html")
+            charts[key(section)] = name
+            written.append(out / name)
+    name = file_name(args.experiment or "report") + (".md" if args.format == "md" else ".html")
     page = markdown(found, charts) if args.format == "md" else html_page(found, charts)
-    (out / name).write_text(page)
-    print(f"wrote {out / name}" + "".join(f"\nwrote {out / c}" for c in charts.values()))
+    (out / name).write_text(page, encoding="utf-8")
+    print("\n".join(f"wrote {path}" for path in [out / name, *written]))
     return EXIT_OK

@@ -335,6 +335,7 @@ def build(resolved: Resolved, variant: Variant, target: Target, smoke: bool,
         measure=measure,
         slurm=slurm,
         references=() if smoke else _references(document, variant, r),
+        declared_references=() if smoke else _declared_references(document),
         spec=SpecInfo(
             path=document.files[0].path,
             sha256=document.files[0].sha256,
@@ -441,6 +442,21 @@ def _references(document: Document, variant: Variant, r: Resolved) -> tuple[Refe
             found.append(Reference(label, ref["target"], float(ref["value"]), ref["unit"],
                                    ref.get("source"), where))  # fmt: skip
     return tuple(found)
+
+
+def _declared_references(document: Document) -> tuple[Reference, ...]:
+    """Every reference of the spec, whichever target and point it names."""
+    return tuple(
+        Reference(
+            label,
+            ref["target"],
+            float(ref["value"]),
+            ref["unit"],
+            ref.get("source"),
+            _flatten(ref.get("where") or {}),
+        )  # fmt: skip
+        for label, ref in sorted((document.get(("reference",)) or {}).items())
+    )
 
 
 def _flatten(block: dict, prefix: str = "") -> dict:

@@ -189,7 +189,8 @@ class Plan:
     parallel: Parallel
     measure: Measure
     slurm: Slurm
-    references: tuple[Reference, ...]
+    references: tuple[Reference, ...]  # the spec's published figures that apply to this point
+    declared_references: tuple[Reference, ...]  # every one the spec declares (reports say why not)
     spec: SpecInfo
     overrides: tuple[str, ...]  # the --set arguments, as given
     cost: ModelCost | None  # parameters and model FLOPs per sample (None: not modelled yet)

@@ -1,16 +1,19 @@
 """From stored runs to report rows: one row per (experiment, smoke, sweep point, target).
 
 The latest series of runs for each row is used (all its trials), so an old run of a changed
-spec does not blend into a new one. Ratios compare each target with the baseline target at
-the same sweep point.
+spec does not blend into a new one. Each section follows its spec's headline metric
+(measure.metric); ratios compare each target with the baseline target at the same point and
+read as "x better" whichever way the metric runs. Every published reference of the spec is
+placed beside its row, or listed with the reason it was not.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..results.store import RunRecord
+from .headline import Metric, metric_of, normal_unit, unit_of, value_of
 from .stats import Summary, summarize
 
 
@@ -20,6 +23,7 @@ class Reference:
     unit: str
     label: str
     source: str | None
+    per_device: bool = False  # the figure is per device (compared with the per-device value)
 
 
 @dataclass(frozen=True)
@@ -29,8 +33,10 @@ class Row:
     point: str
     point_values: dict
     target: str
-    unit: str
+    unit: str  # the throughput's unit
     throughput: Summary  # job throughput over trials
+    headline: Summary  # the headline metric over trials
+    headline_unit: str
     per_device: float  # median over trials
     step_p50: float
     step_p90: float
@@ -44,18 +50,20 @@ class Row:
     denoise_s_per_image: float | None  # image pipelines: the denoising loop alone
     references: tuple[Reference, ...]
     run_ids: tuple[str, ...]
-    ratio: float | None = None  # to the baseline target at this point
+    ratio: float | None = None  # to the baseline target at this point: > 1 is better
 
 
 @dataclass(frozen=True)
 class Section:
     experiment: str
     smoke: bool
+    metric: Metric
     baseline: str | None
     points: tuple[str, ...]
     targets: tuple[str, ...]
     rows: tuple[Row, ...]
     failed: tuple[RunRecord, ...]  # runs of this experiment that did not end ok (latest series)
+    unplaced: tuple[tuple[str, str], ...]  # (reference label, why it is not in the table)
 
 
 def _median(values):
@@ -74,10 +82,90 @@ def _natural(point_values: dict) -> tuple:
     return tuple((0, v, "") if isinstance(v, (int, float)) else (1, 0, str(v)) for v in point_values.values())
 
 
+def _row(trials: list[RunRecord], metric: Metric) -> Row | None:
+    ok = [t for t in trials if t.status == "ok" and t.metrics]
+    if not ok:
+        return None
+    metrics = [t.metrics for t in ok]
+    headline = [value_of(metric, m) for m in metrics]
+    if any(v is None for v in headline):  # e.g. an older program without this metric
+        metric, headline = metric_of(None), [m["throughput"]["job"] for m in metrics]
+    memory = [m.get("peak_memory_bytes") for m in metrics if m.get("peak_memory_bytes") is not None]
+    mfus = [m["flops"]["mfu"] for m in metrics if m.get("flops", {}).get("mfu") is not None]
+    last = ok[-1]
+    return Row(
+        experiment=last.experiment, smoke=last.smoke, point=last.point, point_values=last.point_values,
+        target=last.target, unit=metrics[-1]["throughput"]["unit"],
+        throughput=summarize([m["throughput"]["job"] for m in metrics]),
+        headline=summarize(headline), headline_unit=unit_of(metric, metrics[-1]),
+        per_device=_median([m["throughput"]["per_device"] for m in metrics]),
+        step_p50=_median([m["step_time_s"]["median"] for m in metrics]),
+        step_p90=_median([m["step_time_s"]["p90"] for m in metrics]),
+        peak_memory_bytes=max(memory) if memory else None, mfu=_median(mfus) if mfus else None,
+        world_size=metrics[-1]["world_size"], hosts=metrics[-1].get("nodes"),
+        ttft_s=_median_or_none([(m.get("generation") or {}).get("ttft_s") for m in metrics]),
+        tpot_s=_median_or_none([(m.get("generation") or {}).get("tpot_s") for m in metrics]),
+        s_per_image=_median_or_none([(m.get("pipeline") or {}).get("s_per_image") for m in metrics]),
+        denoise_s_per_image=_median_or_none([(m.get("pipeline") or {}).get("denoise_s_per_image")
+                                             for m in metrics]),
+        references=(), run_ids=tuple(t.id for t in ok),
+    )  # fmt: skip
+
+
+def _applying(plan: dict) -> set[str]:
+    """The labels of the references the spec's `where` matched for this point (lowering)."""
+    return {str(ref.get("label")) for ref in plan.get("references") or [] if isinstance(ref, dict)}
+
+
+def _ratio(row: Row, base: dict, metric: Metric) -> float | None:
+    """Row over baseline, as 'x better': higher-is-better metrics value / base, lower-is-better
+    base / value."""
+    b = base.get(row.point)
+    if not b or not row.headline.median:
+        return None
+    return b / row.headline.median if metric.lower_is_better else row.headline.median / b
+
+
+def _place_references(rows: list[Row], plans: dict[tuple, dict]) -> tuple[list[Row], list[tuple[str, str]]]:
+    """Put each declared reference beside the row it is for, or say why it is not there:
+    its target has no run here, its `where` matches no point that ran, or its unit is
+    neither the headline's nor the headline's per device."""
+    declared: dict[str, dict] = {}
+    for plan in plans.values():
+        for ref in plan.get("declared_references") or plan.get("references") or []:
+            if isinstance(ref, dict) and {"label", "value", "unit"} <= set(ref):
+                declared.setdefault(str(ref["label"]), ref)
+    placed: dict[tuple, list[Reference]] = defaultdict(list)
+    unplaced = []
+    for label, ref in sorted(declared.items()):
+        target = ref.get("target")
+        candidates = [r for r in rows if target is None or r.target == target]
+        if not candidates:
+            unplaced.append((label, f"no run of target {target} in this report"))
+            continue
+        matching = [r for r in candidates if label in _applying(plans[(r.point, r.target)])]
+        if not matching:
+            where = ", ".join(f"{k} = {v}" for k, v in (ref.get("where") or {}).items()) or "(none)"
+            points = ", ".join(sorted({r.point for r in candidates}))
+            unplaced.append((label, f"where {where} matches no point that ran on {target} ({points})"))
+            continue
+        unit, headline = normal_unit(ref["unit"]), normal_unit(matching[0].headline_unit)
+        if unit not in (headline, f"{headline} per device"):
+            unplaced.append((label, f'its unit "{ref["unit"]}" is neither the report\'s '
+                                    f'"{matching[0].headline_unit}" nor that per device'))  # fmt: skip
+            continue
+        for row in matching:
+            placed[(row.point, row.target)].append(
+                Reference(ref["value"], ref["unit"], label, ref.get("source"), unit != headline)
+            )
+    rows = [replace(r, references=tuple(placed.get((r.point, r.target), ()))) for r in rows]
+    return rows, unplaced
+
+
 def sections(runs: list[RunRecord], baseline: str | None = None) -> list[Section]:
     latest: dict[tuple, str] = {}
     for run in runs:  # ordered by start time: the last finished series per row wins
-        if run.status != "running":
+        if run.status not in ("running", "pending"):
             latest[(run.experiment, run.smoke, run.point, run.target)] = run.series
     grouped: dict[tuple, list[RunRecord]] = defaultdict(list)
     for run in runs:
@@ -86,56 +174,29 @@ def sections(runs: list[RunRecord], baseline: str | None = None) -> list[Section
             grouped[key].append(run)
     by_section: dict[tuple, list[Row]] = defaultdict(list)
     failures: dict[tuple, list[RunRecord]] = defaultdict(list)
+    plans: dict[tuple, dict[tuple, dict]] = defaultdict(dict)
+    metrics: dict[tuple, str | None] = {}
     for (experiment, smoke, point, target), trials in grouped.items():
-        ok = [t for t in trials if t.status == "ok" and t.metrics]
         failures[(experiment, smoke)] += [t for t in trials if t.status != "ok"]
-        if not ok:
-            continue
-        metrics = [t.metrics for t in ok]
-        plan = ok[-1].plan or {}
-        refs = tuple(
-            Reference(r["value"], r["unit"], r["label"], r.get("source")) for r in plan.get("references", [])
+        plan = trials[-1].plan or {}
+        metrics[(experiment, smoke)] = (plan.get("measure") or {}).get("metric") or metrics.get(
+            (experiment, smoke)
         )
-        memory = [m.get("peak_memory_bytes") for m in metrics if m.get("peak_memory_bytes") is not None]
-        mfus = [m["flops"]["mfu"] for m in metrics if m.get("flops", {}).get("mfu") is not None]
-        by_section[(experiment, smoke)].append(
-            Row(
-                experiment=experiment,
-                smoke=smoke,
-                point=point,
-                point_values=ok[-1].point_values,
-                target=target,
-                unit=metrics[-1]["throughput"]["unit"],
-                throughput=summarize([m["throughput"]["job"] for m in metrics]),
-                per_device=_median([m["throughput"]["per_device"] for m in metrics]),
-                step_p50=_median([m["step_time_s"]["median"] for m in metrics]),
-                step_p90=_median([m["step_time_s"]["p90"] for m in metrics]),
-                peak_memory_bytes=max(memory) if memory else None,
-                mfu=_median(mfus) if mfus else None,
-                world_size=metrics[-1]["world_size"],
-                hosts=metrics[-1].get("nodes"),
-                ttft_s=_median_or_none([(m.get("generation") or {}).get("ttft_s") for m in metrics]),
-                tpot_s=_median_or_none([(m.get("generation") or {}).get("tpot_s") for m in metrics]),
-                s_per_image=_median_or_none([(m.get("pipeline") or {}).get("s_per_image") for m in metrics]),
-                denoise_s_per_image=_median_or_none(
-                    [(m.get("pipeline") or {}).get("denoise_s_per_image") for m in metrics]
-                ),
-                references=refs,
-                run_ids=tuple(t.id for t in ok),
-            )  # fmt: skip
-        )
+        row = _row(trials, metric_of(metrics[(experiment, smoke)]))
+        if row is not None:
+            by_section[(experiment, smoke)].append(row)
+            plans[(experiment, smoke)][(point, target)] = plan
     result = []
     for key in sorted(set(by_section) | set(failures)):
         experiment, smoke = key
+        metric = metric_of(metrics.get(key))
         rows = sorted(by_section.get(key, []), key=lambda r: (_natural(r.point_values), r.point, r.target))
+        rows, unplaced = _place_references(rows, plans.get(key, {}))
         targets = tuple(sorted({r.target for r in rows}))
         chosen = baseline if baseline in targets else (targets[0] if targets else None)
-        base = {r.point: r.throughput.median for r in rows if r.target == chosen}
-        rows = [
-            Row(**{**r.__dict__, "ratio": r.throughput.median / base[r.point] if base.get(r.point) else None})
-            for r in rows
-        ]
+        base = {r.point: r.headline.median for r in rows if r.target == chosen}
+        rows = [replace(r, ratio=_ratio(r, base, metric)) for r in rows]
         points = tuple(dict.fromkeys(r.point for r in rows))
-        result.append(Section(experiment, smoke, chosen, points, targets, tuple(rows),
-                              tuple(failures.get(key, []))))  # fmt: skip
+        result.append(Section(experiment, smoke, metric, chosen, points, targets, tuple(rows),
+                              tuple(failures.get(key, [])), tuple(unplaced)))  # fmt: skip
     return result

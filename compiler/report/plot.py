@@ -1,11 +1,14 @@
-"""The bar chart of a report section: throughput per target, grouped by sweep point, with
-95% confidence intervals where there are trials and the published references beside them."""
+"""The bar chart of a report section: the headline metric per target, grouped by sweep point,
+with 95% confidence intervals where there are several trials and the published references as
+dashed lines across their bars."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from .collect import Section
+from .headline import sig
+from .render import headline_header
 
 
 def bar_chart(section: Section, path: Path) -> Path:
@@ -27,24 +30,23 @@ def bar_chart(section: Section, path: Path) -> Path:
             if row is None:
                 continue
             x = p + (index - (len(targets) - 1) / 2) * width
-            s = row.throughput
+            s = row.headline
             xs.append(x)
             heights.append(s.median)
-            low = s.median - s.ci_low if s.ci_low is not None else 0.0
-            high = s.ci_high - s.median if s.ci_high is not None else 0.0
-            errors[0].append(max(low, 0.0))
-            errors[1].append(max(high, 0.0))
-            refs += [(x, r.value) for r in row.references if r.unit == row.unit]
-        bars = axes.bar(xs, heights, width * 0.95, yerr=errors, capsize=3, label=target)
-        axes.bar_label(bars, fmt="{:,.0f}", fontsize=8, padding=2)
-        if refs:
+            errors[0].append(max(s.median - s.ci_low, 0.0) if s.ci_low is not None else 0.0)
+            errors[1].append(max(s.ci_high - s.median, 0.0) if s.ci_high is not None else 0.0)
+            refs += [(x, r.value) for r in row.references if not r.per_device]
+        spread = errors if any(errors[0] + errors[1]) else None  # no caps for single trials
+        bars = axes.bar(xs, heights, width * 0.95, yerr=spread, capsize=3 if spread else 0, label=target)
+        axes.bar_label(bars, labels=[sig(h) for h in heights], fontsize=8, padding=2)
+        for x, value in refs:  # a dashed line across the bar: no marker sits on the label
             label = None if labelled_reference else "published (reference)"
             labelled_reference = True
-            axes.scatter([x for x, _ in refs], [v for _, v in refs], marker="D", color="black",
-                         zorder=3, s=22, label=label)  # fmt: skip
-    unit = section.rows[0].unit if section.rows else ""
+            axes.hlines(value, x - width * 0.45, x + width * 0.45, colors="black", linestyles="dashed",
+                        linewidth=1.2, zorder=3, label=label)  # fmt: skip
     axes.set_xticks(range(len(points)), points)
-    axes.set_ylabel(f"throughput ({unit})")
+    axes.set_ylabel(headline_header(section))
+    axes.margins(y=0.15)  # room above the tallest bar for its label
     title = section.experiment + (" (smoke, CPU)" if section.smoke else "")
     axes.set_title(title)
     axes.legend(fontsize=8)

@@ -1,30 +1,33 @@
-"""Report sections as Markdown or HTML tables (the layout of `benchc report`)."""
+"""Report sections as Markdown or HTML tables (the layout of `benchc report`).
+
+Numbers are shown to 3 significant figures. Every text from the store is escaped for the
+format it lands in."""
 
 from __future__ import annotations
 
 import html
 
 from .collect import Row, Section
-
-
-def _number(value: float | None, digits: int = 1) -> str:
-    if value is None:
-        return "-"
-    return f"{value:,.{digits}f}"
+from .headline import sig
 
 
 def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else seconds * 1e3
 
 
-def _throughput(row: Row) -> str:
-    s = row.throughput
-    text = _number(s.median)
+def _summary(s) -> str:
+    text = sig(s.median)
     if s.ci_low is not None:
-        text += f" [{_number(s.ci_low)}, {_number(s.ci_high)}]"
+        text += f" [{sig(s.ci_low)}, {sig(s.ci_high)}]"
     if s.noisy:
         text += " (noisy)"
     return text
+
+
+def _reference(row: Row) -> str:
+    if not row.references:
+        return "-"
+    return "; ".join(f"{sig(r.value)} {r.unit} (published)" for r in row.references)
 
 
 def _world(row: Row) -> str:
@@ -34,36 +37,46 @@ def _world(row: Row) -> str:
     return f"{row.world_size} on {row.hosts} host{'s' if row.hosts != 1 else ''}"
 
 
-def _reference(row: Row) -> str:
-    if not row.references:
-        return "-"
-    return "; ".join(f"{r.value:,g} {r.unit} (published)" for r in row.references)
+def headline_header(section: Section) -> str:
+    m, unit = section.metric, section.rows[0].headline_unit if section.rows else ""
+    return f"{m.label} ({unit}{', lower is better' if m.lower_is_better else ''})"
 
 
 def table(section: Section) -> tuple[list[str], list[list[str]]]:
-    base = section.baseline
-    header = ["point", "target", f"throughput ({section.rows[0].unit})" if section.rows else "throughput",
-              "per device", f"vs {base}" if base else "ratio", "step p50 (ms)", "step p90 (ms)",
-              "peak memory (GiB)", "MFU", "world", "trials", "reference"]  # fmt: skip
-    generation = any(r.ttft_s is not None for r in section.rows)
+    base, m = section.baseline, section.metric
+    latency_headline = m.section is not None
+    header = ["point", "target", headline_header(section),
+              f"vs {base} (>1 = better)" if base else "ratio"]  # fmt: skip
+    unit = section.rows[0].unit if section.rows else ""
+    if latency_headline:
+        header.append(f"throughput ({unit})")
+    header += ["per device", "step p50 (ms)", "step p90 (ms)"]
+    generation = any(r.ttft_s is not None for r in section.rows) and m.name not in ("ttft_s", "tpot_s")
     images = any(r.s_per_image is not None for r in section.rows)
     if generation:
-        header[7:7] = ["TTFT (ms)", "TPOT (ms)"]
+        header += ["TTFT (ms)", "TPOT (ms)"]
     if images:
-        header[7:7] = ["s/image", "denoise s/image"]
+        header += ["denoise s/image"] if m.name == "s_per_image" else ["s/image", "denoise s/image"]
+    header += ["peak memory (GiB)", "MFU", "world", "trials", "reference"]
     rows = []
     for row in section.rows:
-        latency = [_number(_ms(row.ttft_s)), _number(_ms(row.tpot_s), 2)] if generation else []
+        cells = [row.point, row.target, _summary(row.headline),
+                 f"{sig(row.ratio)}x" if row.ratio is not None else "-"]  # fmt: skip
+        if latency_headline:
+            cells.append(_summary(row.throughput))
+        cells += [sig(row.per_device), sig(row.step_p50 * 1e3), sig(row.step_p90 * 1e3)]
+        if generation:
+            cells += [sig(_ms(row.ttft_s)), sig(_ms(row.tpot_s))]
         if images:
-            latency = [_number(row.s_per_image, 3), _number(row.denoise_s_per_image, 3)]
-        rows.append([
-            row.point, row.target, _throughput(row), _number(row.per_device),
-            f"{row.ratio:.2f}x" if row.ratio is not None else "-",
-            _number(row.step_p50 * 1e3), _number(row.step_p90 * 1e3), *latency,
-            _number(row.peak_memory_bytes / 2**30, 2) if row.peak_memory_bytes is not None else "-",
-            f"{row.mfu:.1%}" if row.mfu is not None else "-", _world(row),
-            str(row.throughput.n), _reference(row),
-        ])  # fmt: skip
+            if m.name != "s_per_image":
+                cells.append(sig(row.s_per_image))
+            cells.append(sig(row.denoise_s_per_image))
+        cells += [
+            sig(row.peak_memory_bytes / 2**30) if row.peak_memory_bytes is not None else "-",
+            f"{sig(row.mfu * 100)}%" if row.mfu is not None else "-",
+            _world(row), str(row.throughput.n), _reference(row),
+        ]  # fmt: skip
+        rows.append(cells)
     return header, rows
 
 
@@ -74,30 +87,40 @@ def _title(section: Section) -> str:
 
 
 NOTES = (
-    "Throughput is the median over trials for the whole job; [a, b] is the 95% confidence "
-    "interval of the mean over trials (t distribution), shown from 2 trials; (noisy) marks a "
-    "coefficient of variation above 5%. Ratios compare targets at the same sweep point. MFU is "
+    "The headline is the spec's measure.metric: the median over trials, with the 95% confidence "
+    "interval of the mean over trials (t distribution) from 2 trials on; (noisy) marks a "
+    "coefficient of variation above 5%. Ratios compare targets at the same sweep point and read "
+    "as 'x better' (for a lower-is-better metric, the baseline's value over this one). MFU is "
     "model FLOP/s per device over the target's dense peak; '-' where the peak is unknown. "
-    "References are published figures from the spec, not measurements."
+    "References are published figures from the spec, not measurements. Numbers have 3 "
+    "significant figures."
 )
+
+
+def _md(text: str) -> str:
+    """A table cell or line from the store, inert in Markdown: one line, no tag, no column."""
+    return " ".join(str(text).split()).replace("&", "&amp;").replace("<", "&lt;").replace("|", "\\|")
 
 
 def markdown(sections: list[Section], chart_names: dict[str, str]) -> str:
     out = ["# benchc report", ""]
     for section in sections:
-        out += [f"## {_title(section)}", ""]
+        out += [f"## {_md(_title(section))}", ""]
         if section.rows:
             header, rows = table(section)
-            out.append("| " + " | ".join(header) + " |")
+            out.append("| " + " | ".join(_md(h) for h in header) + " |")
             out.append("|" + "---|" * len(header))
-            out += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+            out += ["| " + " | ".join(_md(cell) for cell in row) + " |" for row in rows]
             out.append("")
-            chart = chart_names.get(_key(section))
+            chart = chart_names.get(key(section))
             if chart:
-                out += [f"![{section.experiment}]({chart})", ""]
+                out += [f"![{_md(section.experiment)}]({chart})", ""]
+        for label, why in section.unplaced:
+            out.append(f"- reference {_md(label)} not shown: {_md(why)}")
         for run in section.failed:
-            out.append(f"- run {run.id} ({run.target} / {run.point}): **{run.status}**: {run.cause}")
-        if section.failed:
+            out.append(f"- run {_md(run.id)} ({_md(run.target)} / {_md(run.point)}): "
+                       f"**{_md(run.status)}**: {_md(run.cause)}")  # fmt: skip
+        if section.failed or section.unplaced:
             out.append("")
     out += [NOTES, ""]
     return "\n".join(out)
@@ -116,9 +139,11 @@ def html_page(sections: list[Section], chart_names: dict[str, str]) -> str:
             for row in rows:
                 out.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>")
             out.append("</table>")
-            chart = chart_names.get(_key(section))
+            chart = chart_names.get(key(section))
             if chart:
                 out.append(f"<p><img src='{html.escape(chart)}' alt='{html.escape(section.experiment)}'></p>")
+        for label, why in section.unplaced:
+            out.append(f"<p>reference {html.escape(label)} not shown: {html.escape(why)}</p>")
         for run in section.failed:
             where = html.escape(f"{run.id} ({run.target} / {run.point})")
             what = f"<b>{html.escape(run.status)}</b>: {html.escape(run.cause or '')}"
@@ -127,5 +152,5 @@ def html_page(sections: list[Section], chart_names: dict[str, str]) -> str:
     return "\n".join(out) + "\n"
 
 
-def _key(section: Section) -> str:
+def key(section: Section) -> str:
     return f"{section.experiment}{'-smoke' if section.smoke else ''}"

@@ -78,6 +78,17 @@ def default_path() -> Path:
     return Path(os.environ.get(ENVIRONMENT_VARIABLE) or DEFAULT_PATH)
 
 
+def store_path(path: Path | str | None) -> Path:
+    """--db PATH, else $BENCHC_RESULTS, else .benchc/results.db."""
+    return Path(path) if path else default_path()
+
+
+def open_existing(path: Path | str | None) -> Store | None:
+    """The store for a command that only reads: None where there is none (nothing is created)."""
+    where = store_path(path)
+    return Store(where) if where.is_file() else None
+
+
 def now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
@@ -125,7 +136,7 @@ _JSON_COLUMNS = ("point_values", "metrics", "environment", "plan")
 
 class Store:
     def __init__(self, path: Path | str | None = None):
-        self.path = Path(path) if path else default_path()
+        self.path = store_path(path)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
