@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from . import __version__
+from .console import emit, silence
 from .diagnostics import BenchError, format_diagnostics
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USER = 0, 1, 2
@@ -80,13 +81,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _command(args.command)(args)
     except BenchError as exc:
-        print(format_diagnostics(exc.diagnostics, color=color), file=sys.stderr)
-        return EXIT_USER
+        emit(sys.stderr, format_diagnostics(exc.diagnostics, color=color))
+        return EXIT_USER  # also when the reader of stderr has left
     except KeyboardInterrupt:
-        print("benchc: interrupted", file=sys.stderr)
+        emit(sys.stderr, "benchc: interrupted")
         return 130
     except BrokenPipeError:
-        sys.stderr.close()  # `benchc plan ... | head`: the reader left; not an error
+        silence(sys.stdout)  # `benchc plan ... | head`: the reader left; not an error
         return EXIT_OK
 
 

@@ -27,7 +27,7 @@ def test_check_reports_each_bad_spec_and_still_checks_the_good_ones(write):
     bad = write("bad.bench", "experiment e {")
     result = run_cli("check", str(bad), str(SPECS / "sd3.bench"))
     assert result.code == 2
-    assert "ok: " in result.out and "unexpected end of file" in result.err
+    assert "ok: " in result.out and "this block is not closed" in result.err
 
 
 def test_plan_json_for_beluga_train_on_gaudi2():
@@ -83,3 +83,35 @@ def test_importtime_of_check_shows_no_torch():
     imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if "|" in line}
     assert "benchc.pipeline" in imported  # the measurement saw the front end
     assert not {m for m in imported if m.split(".")[0] == "torch"}
+
+
+def test_a_reader_that_leaves_early_does_not_turn_errors_into_success():
+    """`benchc check bad.bench 2>&1 | head -1`: the status stays 2 however early head leaves."""
+    for _ in range(5):
+        proc = subprocess.Popen([sys.executable, "-m", "benchc", "check", "tests/bad/several-errors.bench",
+                                 "tests/bad/unknown-key.bench"], cwd=REPO, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT)  # fmt: skip
+        proc.stdout.read(1)
+        proc.stdout.close()
+        assert proc.wait(timeout=60) == 2
+    proc = subprocess.Popen([sys.executable, "-m", "benchc", "plan", "specs/sd3.bench"], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    proc.stdout.read(1)
+    proc.stdout.close()
+    assert proc.wait(timeout=60) == 0 and b"Traceback" not in proc.stderr.read()
+
+
+def test_a_model_setting_without_its_kind_gets_the_kind_in_the_hint():
+    result = run_cli("check", "specs/sd3.bench", "--set", "model.depth=3", cwd=REPO)
+    assert result.code == 2 and "model settings go under the model kind: model.mmdit.depth" in result.err
+
+
+def test_the_same_spec_compiles_to_the_same_bytes_from_any_folder(tmp_path):
+    first, second = tmp_path / "a", tmp_path / "b"
+    assert run_cli("compile", "specs/sd3.bench", "--smoke", "-o", str(first), cwd=REPO).code == 0
+    assert (
+        run_cli("compile", str(REPO / "specs/sd3.bench"), "--smoke", "-o", str(second), cwd=tmp_path).code
+        == 0
+    )
+    files = sorted(p.relative_to(first) for p in first.rglob("*") if p.is_file())
+    assert files and all((first / f).read_bytes() == (second / f).read_bytes() for f in files)

@@ -110,7 +110,8 @@ def test_every_node_carries_its_span():
         ('x = "open', "unterminated string"),
         ("x = 3x", "malformed number '3x'"),
         ("x = 1.2.3", "malformed number '1.2.3'"),
-        ("x = [1, 2", "unexpected end of file"),
+        ("x = [1, 2", "this list is not closed"),
+        ("x =", "unexpected end of file"),
         ("experiment e { x = }", "unexpected '}'"),
         ("x = @", "unexpected character '@'"),
         ('x = "\\q"', "invalid escape sequence in string"),
@@ -126,11 +127,16 @@ def test_syntax_errors_are_located(text, message):
     assert diagnostic.span is not None and diagnostic.span.line == 1
 
 
-def test_end_of_file_error_points_at_last_line():
+def test_end_of_file_error_points_at_the_block_left_open_or_the_last_line():
     with pytest.raises(BenchError) as caught:
         parse("experiment e {\n  train { batch = 1 }\n\n\n")
+    (diagnostic,) = caught.value.diagnostics
+    assert (diagnostic.span.line, diagnostic.span.column) == (1, 14)  # the '{' of experiment
+    assert "the file ends at line 2" in diagnostic.hint
+    with pytest.raises(BenchError) as caught:
+        parse("x = 1\ny =\n\n")
     span = caught.value.diagnostics[0].span
-    assert (span.line, span.column) == (2, 22)
+    assert (span.line, span.column) == (2, 4)  # nothing left open: just after the last character
 
 
 def test_excerpts_count_lines_as_the_parser_does():

@@ -315,3 +315,14 @@ def test_gaudi_tensor_parallel_path_builds_on_meta_and_fills_its_shards_on_two_c
     metrics = json.loads((point / "metrics.json").read_text())
     assert metrics["status"] == "ok" and metrics["world_size"] == 2
     assert len(metrics["generation"]["first_sequence"]) == metrics["generation"]["output_tokens"]
+
+
+def test_metrics_files_are_readable_by_the_collecting_user(tmp_path):
+    """On a shared cluster another account collects the metrics: the file gets the mode a
+    plain open() would (0644 under the usual umask), not mkstemp's 0600."""
+    proc, _, point = compile_and_run(tmp_path)
+    assert proc.returncode == 0
+    mode = (point / "metrics.json").stat().st_mode & 0o777
+    umask = os.umask(0)
+    os.umask(umask)
+    assert mode == 0o666 & ~umask

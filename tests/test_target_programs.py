@@ -181,3 +181,43 @@ def test_the_text_plan_shows_parameters_and_flops_per_sample():
     infer = run_cli("plan", "specs/beluga-infer.bench", "-t", "h100", cwd=REPO).out
     assert "68,976,648,192 parameters" in infer and "prefill of 128 + 2048 decode steps" in infer
     assert "train_flops" not in infer
+
+
+def test_a_program_on_a_machine_without_its_device_says_what_is_missing(tmp_path):
+    """Run here (no GPU, no Gaudi): the CUDA program records a clear error, the Gaudi program
+    stops before importing habana_frameworks, each with what to do."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    one = ["cluster.nodes=1", "cluster.devices_per_node=1", "parallel.data=1"]
+    for target in ("h100", "gaudi2"):
+        sets = [a for s in one for a in ("--set", s)]
+        assert (
+            run_cli("compile", "specs/sd3.bench", "-t", target, *sets, "-o", str(tmp_path), cwd=REPO).code
+            == 0
+        )
+    env = {**os.environ, "PYTHON": sys.executable}
+    cuda = tmp_path / "sd3_mmdit_train/h100/batch-16"
+    proc = subprocess.run(["bash", "launch.sh", "--metrics", "m.json"], cwd=cuda, env=env,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode != 0
+    error = json.loads((cuda / "m.json").read_text())["error"]
+    assert "built for CUDA (h100)" in error["message"] and "finds no CUDA device" in error["message"]
+    gaudi = tmp_path / "sd3_mmdit_train/gaudi2/batch-16"
+    proc = subprocess.run(
+        ["bash", "launch.sh"], cwd=gaudi, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "built for Intel Gaudi (gaudi2), but habana_frameworks is not installed" in proc.stderr
+
+
+def test_inference_plans_carry_no_training_flops():
+    import json
+
+    plans = json.loads(run_cli("plan", "specs/sd3-infer.bench", "-t", "h100", "--json", cwd=REPO).out)[
+        "plans"
+    ]
+    assert plans[0]["cost"]["train_flops_per_sample"] is None
+    assert plans[0]["cost"]["forward_flops_per_sample"] > 1e15

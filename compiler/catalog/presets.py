@@ -1,7 +1,7 @@
 """Named model presets (`preset = "llama-2-70b"`) and the tiny shapes `--smoke` shrinks models to.
 
 A preset is a set of model settings with the same names a spec uses; settings written in the
-spec override it. Figures are the published architectures (see DESIGN.md).
+spec override it. Figures are the published architectures (the models' own configs).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The target table: one record of facts per device a spec can target. Data, not if-chains.
 
-Peak figures are dense (no sparsity) TFLOP/s per device, as in DESIGN.md's reference table.
+Peak figures are dense (no sparsity) TFLOP/s per device, from the vendors' datasheets.
 A fact we do not know is None and stays None: MFU for such a target is reported as null,
 never computed from another device's numbers.
 """
@@ -31,7 +31,9 @@ class Target:
     launchers: tuple[str, ...]  # first = default
     graphs: str | None  # what infer.graphs runs on this target; None: refused, see no_graphs
     no_graphs: str | None  # why not, and what to write instead
-    facts_source: str = field(default="DESIGN.md reference table (vendor datasheets)")
+    facts_source: str = field(
+        default="vendor datasheets: dense (no sparsity) peaks; memory and HBM bandwidth as published"
+    )
 
     def peak_flops(self, precision: str) -> float | None:
         tflops = self.peak_tflops.get(precision)

@@ -6,6 +6,8 @@ dictionaries built below and reaches Python code through the `py` filter (a lite
 
 from __future__ import annotations
 
+from pathlib import PurePath
+
 import jinja2
 
 from .. import __version__
@@ -138,7 +140,7 @@ def _common_settings(plan: Plan, model_settings: dict, items_per_sample: int) ->
         "point": plan.point,
         "point_values": dict(plan.point_values),
         "smoke": plan.smoke,
-        "spec": plan.spec.path,
+        "spec": PurePath(plan.spec.path).name,  # the file's name: the program is the same anywhere
         "spec_sha256": plan.spec.sha256,
         "compiler": f"benchc {__version__}",
         "metrics_schema_version": METRICS_SCHEMA_VERSION,
@@ -296,6 +298,7 @@ def render_program(plan: Plan, env: jinja2.Environment | None = None) -> str:
         "title": title,
         "version": __version__,
         "family": family,
+        "target": plan.target.name,  # a name from the target table, not from the spec
         "kind": kind,
         "workload": plan.workload.kind,
         "imports": import_lines(family, kind, plan.workload.kind, uses_deepspeed(plan)),

@@ -38,6 +38,7 @@ def add_parsers(commands, variant_options) -> None:
 
 
 def check(args) -> int:
+    from ..console import emit
     from ..pipeline import plan_spec
 
     failed = False
@@ -45,15 +46,16 @@ def check(args) -> int:
         try:
             result = plan_spec(spec, args.target, args.overrides, args.smoke)
         except BenchError as exc:
-            print(format_diagnostics(exc.diagnostics), file=sys.stderr)
-            failed = True
+            failed = True  # before printing: a reader that leaves early changes no status
+            emit(sys.stderr, format_diagnostics(exc.diagnostics))
             continue
         targets = len(result.targets)
         points = len(result.points)
-        print(
+        emit(
+            sys.stdout,
             f"ok: {spec}: experiment {result.document.experiment}, "
             f"{targets} target{'s' if targets != 1 else ''} x {points} "
-            f"point{'s' if points != 1 else ''} ({', '.join(result.targets)})"
+            f"point{'s' if points != 1 else ''} ({', '.join(result.targets)})",
         )
     return EXIT_USER if failed else EXIT_OK
 

@@ -259,11 +259,39 @@ def _syntax_error(source: Source, exc: UnexpectedInput) -> BenchError:
         elif "LSQB" in exc.expected and "NAME" not in exc.expected and "EQUAL" not in exc.expected:
             hint += "; a sweep takes a list of values, e.g. sweep train.batch = [16, 32]"
         return error(f"unexpected {_describe_token(token)}", span, hint=hint)
-    # End of input: lark gives no usable position, so point at the last character.
+    # End of input: lark gives no usable position. A block or list left open is reported at
+    # its opening bracket; anything else at the last character.
     expected = set(getattr(exc, "expected", ()) or ())
+    opened = _unclosed(source.text)
+    if opened is not None and ({"RBRACE", "RSQB"} & expected or not expected):
+        offset, bracket = opened
+        line, column = source.position(offset)
+        what, closing = ("block", "}") if bracket == "{" else ("list", "]")
+        end_line = source.last_position[0]
+        return error(f"this {what} is not closed", Span.point(source, line, column),
+                     hint=f"add the missing '{closing}' (the file ends at line {end_line})")  # fmt: skip
     hint = f"expected {_describe_expected(expected)}" if expected else None
-    if "RBRACE" in expected:
-        hint = "a block is not closed: add the missing '}'"
-    elif "RSQB" in expected:
-        hint = "a list is not closed: add the missing ']'"
     return error("unexpected end of file", Span.end_of(source), hint=hint)
+
+
+def _unclosed(text: str) -> tuple[int, str] | None:
+    """The innermost '{' or '[' left open at the end of `text` (offset, bracket), skipping
+    strings and comments as the grammar does; None when every bracket is closed."""
+    stack: list[tuple[int, str]] = []
+    i, n = 0, len(text)
+    while i < n:
+        char = text[i]
+        if char == "#" or text.startswith("//", i):
+            newline = text.find("\n", i)
+            i = n if newline < 0 else newline
+            continue
+        if char == '"':
+            i += 1
+            while i < n and text[i] not in '"\n':
+                i += 2 if text[i] == "\\" else 1
+        elif char in "{[":
+            stack.append((i, char))
+        elif char in "}]" and stack:
+            stack.pop()
+        i += 1
+    return stack[-1] if stack else None

@@ -28,7 +28,7 @@ MLP_RATIO = 4
 class ModelCost:
     params: int
     forward_flops_per_sample: float
-    train_flops_per_sample: float  # forward + backward
+    train_flops_per_sample: float | None  # forward + backward; None for inference
 
 
 def mmdit_params(

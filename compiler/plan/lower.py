@@ -9,6 +9,7 @@ apply to the model) are located errors here; cross-field rules live in validate/
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..catalog.presets import PRESETS
 from ..catalog.sd3_components import CLIP_TOKENS
@@ -336,10 +337,11 @@ def build(resolved: Resolved, variant: Variant, target: Target, smoke: bool,
         slurm=slurm,
         references=() if smoke else _references(document, variant, r),
         declared_references=() if smoke else _declared_references(document),
+        # absolute paths: the same spec compiles to the same bytes from any working folder
         spec=SpecInfo(
-            path=document.files[0].path,
+            path=str(Path(document.files[0].path).resolve()),
             sha256=document.files[0].sha256,
-            files=tuple((f.path, f.sha256) for f in document.files),
+            files=tuple((str(Path(f.path).resolve()), f.sha256) for f in document.files),
         ),
         overrides=overrides,
         cost=_cost(model, workload),
@@ -359,13 +361,11 @@ def _cost(model, workload) -> ModelCost | None:
                           t.pooled_projection_dim, t.head_dim, t.qk_norm, workload.image_tokens,
                           CLIP_TOKENS + model.t5_tokens)  # fmt: skip
         passes = workload.denoising_steps * (2 if workload.classifier_free_guidance else 1)
-        return ModelCost(
-            step.params, step.forward_flops_per_sample * passes, step.forward_flops_per_sample * passes
-        )
+        return ModelCost(step.params, step.forward_flops_per_sample * passes, None)
     if isinstance(model, LlamaModel) and workload.input_tokens:
         shape = (model.hidden, model.layers, model.heads, model.kv_heads, model.intermediate, model.vocab)
         forward = llama_generate_flops(*shape, workload.input_tokens, workload.output_tokens)
-        return ModelCost(llama_params(*shape), forward, forward)
+        return ModelCost(llama_params(*shape), forward, None)
     if isinstance(model, MMDiTModel) and workload.image_tokens:
         return mmdit_cost(
             model.depth, model.hidden, model.patch, model.in_channels, model.joint_attention_dim,

@@ -26,8 +26,11 @@ class Progress:
 
     def __enter__(self) -> Progress:
         if self.tty:
-            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
+            try:  # rich comes with the run extra; plain lines without it
+                from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+            except ImportError:
+                self.tty = False
+        if self.tty:
             self._rich = Progress(
                 TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[status]}"),
                 TimeElapsedColumn(), transient=False,

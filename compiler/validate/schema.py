@@ -130,6 +130,14 @@ def _deepest(err: ValidationError) -> ValidationError:
     return err
 
 
+def _model_setting_hint(key: str, written: list[str], kinds: list[str]) -> str | None:
+    """`model.depth = 3`: the setting of a model kind, written without the kind."""
+    owners = [kind for kind in (written or kinds) if key in (setting_names(("model", kind)) or [])]
+    if not owners:
+        return None
+    return "model settings go under the model kind: " + " or ".join(f"model.{k}.{key}" for k in owners)
+
+
 def _diagnose(err: ValidationError, span_of) -> list[Diagnostic]:
     path = tuple(err.absolute_path)
     where = dotted(path)
@@ -152,7 +160,8 @@ def _diagnose(err: ValidationError, span_of) -> list[Diagnostic]:
                 Diagnostic(
                     f"unknown model kind '{key}'",
                     span_of(path + (key,), True),
-                    hint=choices_hint(key, known, "model kinds"),
+                    hint=_model_setting_hint(key, [k for k in value if k in known], known)
+                    or choices_hint(key, known, "model kinds"),
                 )
                 for key in extra
             ]

@@ -44,7 +44,7 @@ PLAN = {
         "train.batch": 16,
     },
     "smoke": True,
-    "spec": "specs/sd3.bench",
+    "spec": "sd3.bench",
     "spec_sha256": "dcdfd6cd0fa115f38ec114fa37072756b8b5c834ec3824ca76f8de3a79a071fb",
     "compiler": "benchc 0.1.0",
     "metrics_schema_version": 1,
@@ -330,6 +330,9 @@ def write_json(path: str, payload: dict) -> None:
     with os.fdopen(handle, "w") as stream:
         json.dump(payload, stream, indent=2, sort_keys=True)
         stream.write("\n")
+    umask = os.umask(0)  # mkstemp makes 0600: give the file the mode a plain open() would
+    os.umask(umask)
+    os.chmod(temporary, 0o666 & ~umask)
     os.replace(temporary, path)
 
 

@@ -13,6 +13,7 @@ per-step times after warmup, throughput, peak memory, MFU, versions, or the erro
 import argparse
 import contextlib
 import importlib.metadata
+import importlib.util
 import json
 import math
 import os
@@ -29,6 +30,12 @@ import traceback
 # Lazy mode: ops are queued and run as one graph at each htcore.mark_step().
 # It must be chosen before the Habana plugin loads, hence before these imports.
 os.environ.setdefault("PT_HPU_LAZY_MODE", "1")
+# Gaudi's PyTorch plugin ships in Habana's containers, not on PyPI: say so, not a traceback.
+if importlib.util.find_spec("habana_frameworks") is None:
+    sys.exit(
+        "bench.py: this program is built for Intel Gaudi (gaudi2), but habana_frameworks "
+        "is not installed: run it in Habana's PyTorch container (see docs/programs.md)"
+    )
 
 import habana_frameworks.torch.core as htcore  # noqa: E402
 import habana_frameworks.torch.distributed.hccl  # noqa: E402, F401 (registers "hccl")
@@ -52,7 +59,7 @@ PLAN = {
         "train.batch": 16,
     },
     "smoke": False,
-    "spec": "specs/sd3.bench",
+    "spec": "sd3.bench",
     "spec_sha256": "dcdfd6cd0fa115f38ec114fa37072756b8b5c834ec3824ca76f8de3a79a071fb",
     "compiler": "benchc 0.1.0",
     "metrics_schema_version": 1,
@@ -339,6 +346,9 @@ def write_json(path: str, payload: dict) -> None:
     with os.fdopen(handle, "w") as stream:
         json.dump(payload, stream, indent=2, sort_keys=True)
         stream.write("\n")
+    umask = os.umask(0)  # mkstemp makes 0600: give the file the mode a plain open() would
+    os.umask(umask)
+    os.chmod(temporary, 0o666 & ~umask)
     os.replace(temporary, path)
 
 

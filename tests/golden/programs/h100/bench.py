@@ -44,7 +44,7 @@ PLAN = {
         "train.batch": 16,
     },
     "smoke": False,
-    "spec": "specs/sd3.bench",
+    "spec": "sd3.bench",
     "spec_sha256": "dcdfd6cd0fa115f38ec114fa37072756b8b5c834ec3824ca76f8de3a79a071fb",
     "compiler": "benchc 0.1.0",
     "metrics_schema_version": 1,
@@ -114,6 +114,12 @@ class Device:
     backend = "nccl"
 
     def __init__(self, local_rank: int) -> None:
+        if not torch.cuda.is_available():
+            raise RuntimeError(
+                f"this program is built for CUDA ({PLAN['target']}), but torch "
+                f"{torch.__version__} finds no CUDA device: run it on a machine with an "
+                "NVIDIA GPU and a CUDA build of torch"
+            )
         torch.cuda.set_device(local_rank)
         self.device = torch.device("cuda", local_rank)
         self.local_rank = local_rank
@@ -333,6 +339,9 @@ def write_json(path: str, payload: dict) -> None:
     with os.fdopen(handle, "w") as stream:
         json.dump(payload, stream, indent=2, sort_keys=True)
         stream.write("\n")
+    umask = os.umask(0)  # mkstemp makes 0600: give the file the mode a plain open() would
+    os.umask(umask)
+    os.chmod(temporary, 0o666 & ~umask)
     os.replace(temporary, path)
 
 
