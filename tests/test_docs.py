@@ -112,3 +112,21 @@ def test_manifests_name_the_tested_versions_of_constraints_txt(tmp_path):
     manifest = json.loads((tmp_path / "sd3_mmdit_train/gaudi2/batch-16/manifest.json").read_text())
     assert manifest["checked_with"]["libraries"] == TESTED
     assert "not run on Gaudi" in manifest["checked_with"]["how"]
+
+
+def test_nothing_cites_a_file_the_repository_does_not_have():
+    for path in [*REPO.glob("*.md"), *(REPO / "docs").glob("*.md"), *(REPO / "compiler").rglob("*.py")]:
+        assert "DESIGN.md" not in path.read_text(), path
+
+
+def test_the_compiler_needs_only_what_the_readme_says():
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert [d.split(">")[0].split("=")[0] for d in project["dependencies"]] == [
+        "lark",
+        "jinja2",
+        "jsonschema",
+    ]
+    readme = (REPO / "README.md").read_text()
+    assert "The compiler needs only `lark`, `jinja2` and `jsonschema`" in readme

@@ -203,3 +203,32 @@ def test_read_commands_create_no_store(tmp_path):
         assert result.returncode in (0, 2) and "Traceback" not in result.stderr, command
     assert not missing.parent.exists()
     assert "no runs stored (no results store at" in benchc("runs", db=missing).stdout
+
+
+def test_the_chart_labels_bars_in_3_figures_draws_no_caps_for_one_trial_and_keeps_references_off_labels():
+    import matplotlib.pyplot as plt
+    from matplotlib.collections import LineCollection, PathCollection
+    from matplotlib.container import ErrorbarContainer
+
+    from benchc.report.collect import Reference, sections
+    from benchc.report.plot import draw
+    from benchc.results.store import RunRecord
+
+    def record(target, value, trial, series):
+        return RunRecord(id=f"{target}{trial}", experiment="e", target=target, point="p", point_values={},
+                         smoke=False, spec_path=None, spec_sha256=None, build_path=None, log_path=None,
+                         status="ok", cause=None, log_tail=None, metrics=ok_metrics(value, target=target),
+                         environment={}, plan={}, series=series, trial=trial, source="run",
+                         started_at=f"2026-01-01T00:00:0{trial}", ended_at=None)  # fmt: skip
+
+    (section,) = sections([record("a", 0.17399, 1, "s1"), record("b", 1254.0, 1, "s2")])
+    rows = [r.__class__(**{**r.__dict__, "references": (Reference(0.15, "images/s", "pub", None),)})
+            if r.target == "a" else r for r in section.rows]  # fmt: skip
+    figure = draw(section.__class__(**{**section.__dict__, "rows": tuple(rows)}))
+    axes = figure.axes[0]
+    labels = sorted(t.get_text() for t in axes.texts)
+    assert labels == ["0.174", "1,250"]
+    assert not [c for c in axes.containers if isinstance(c, ErrorbarContainer) and c.lines[1]]
+    assert any(isinstance(c, LineCollection) for c in axes.collections)  # the reference, a line
+    assert not [c for c in axes.collections if isinstance(c, PathCollection)]  # no marker on a label
+    plt.close(figure)

@@ -313,3 +313,11 @@ def test_user_mistakes_in_result_commands_are_clear_errors(tmp_path):
         result = benchc(*args, db=db)
         assert result.returncode == 2 and words in result.stderr, (args, result.stderr)
         assert "Traceback" not in result.stderr
+
+
+def test_run_refuses_a_multi_node_accelerator_build_before_starting_anything(tmp_path):
+    db = tmp_path / "r.db"
+    result = benchc("run", "specs/sd3.bench", "-t", "h100", "-o", str(tmp_path / "b"), db=db)
+    assert result.returncode == 2 and "these points span several nodes" in result.stderr
+    assert "benchc submit" in result.stderr and "docs/clusters.md" in result.stderr
+    assert not db.exists()

@@ -12,6 +12,17 @@ from .render import headline_header
 
 
 def bar_chart(section: Section, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    figure = draw(section)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path)
+    plt.close(figure)
+    return path
+
+
+def draw(section: Section):
+    """The section's chart as a matplotlib Figure."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display
@@ -52,7 +63,4 @@ def bar_chart(section: Section, path: Path) -> Path:
     axes.legend(fontsize=8)
     axes.grid(axis="y", alpha=0.3)
     figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path)
-    plt.close(figure)
-    return path
+    return figure
