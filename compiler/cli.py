@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from . import __version__
 from .console import emit, silence
 from .diagnostics import BenchError, format_diagnostics
+from .runner.processes import Terminated
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USER = 0, 1, 2
 GROUPS = ("build", "results", "cluster")  # compiler/commands/<group>.py
@@ -86,6 +87,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         emit(sys.stderr, "benchc: interrupted")
         return 130
+    except Terminated as signalled:
+        emit(sys.stderr, f"benchc: {signalled}")
+        return 128 + signalled.signum
     except BrokenPipeError:
         silence(sys.stdout)  # `benchc plan ... | head`: the reader left; not an error
         return EXIT_OK

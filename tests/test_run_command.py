@@ -39,11 +39,12 @@ def wait_for(predicate, seconds: float = 60.0) -> None:
 
 
 def alive(pid: int) -> bool:
+    """Running or sleeping; a zombie is dead (PID 1 here reaps killed orphans late)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
         return False
-    return True
+    return state != "Z"
 
 
 def only_run(db: Path):
@@ -291,7 +292,7 @@ def test_report_ignores_a_series_still_running(tmp_path):
                     environment={}, plan=None, series="in-progress", trial=1)  # fmt: skip
     result = benchc("report", "-o", str(tmp_path / "out"), db=db)
     assert result.returncode == 0
-    assert "| default | cpu | 120.0 |" in (tmp_path / "out" / "report.md").read_text()
+    assert "| default | cpu | 120 |" in (tmp_path / "out" / "report.md").read_text()
 
 
 def test_user_mistakes_in_result_commands_are_clear_errors(tmp_path):

@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import platform
+import signal
 import socket
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ from ..diagnostics import choices_hint, error
 from ..report.headline import headline
 from ..results.store import STATUSES, Store, new_id, open_existing, store_path
 
-EXIT_OK, EXIT_RUN_FAILED, EXIT_USER, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_RUN_FAILED, EXIT_USER, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
 COMMANDS = ("run", "runs", "show", "export", "ingest", "report")
 
 
@@ -103,7 +104,22 @@ def _refuse_clusters(points) -> None:
 
 
 def _run_points(points, store: Store, args) -> int:
-    from ..runner.execute import execute
+    """Each trial of each point, one after another. SIGTERM and SIGHUP to benchc (a scheduler's
+    cancel, a closed terminal) end the run as Ctrl-C does; every trial started is recorded
+    as ended, whatever the way out."""
+    from ..runner.processes import raise_terminated
+
+    previous = {sig: signal.signal(sig, raise_terminated) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        return _trials(points, store, args)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _trials(points, store: Store, args) -> int:
+    from ..runner.execute import Outcome, execute
+    from ..runner.processes import Terminated, signals_held
     from ..runner.progress import Progress
 
     tally: dict[str, int] = {}
@@ -117,26 +133,35 @@ def _run_points(points, store: Store, args) -> int:
             manifest = point.manifest
             run_id = new_id()
             run_dir = point.path / "runs" / run_id
-            store.start(
-                run_id=run_id, experiment=manifest["experiment"], target=manifest["target"],
-                point=manifest["point"], point_values=plan.get("point_values", {}),
-                smoke=bool(manifest.get("smoke")), spec_path=manifest["spec"]["path"],
-                spec_sha256=manifest["spec"]["sha256"], build_path=str(point.path.resolve()),
-                log_path=str((run_dir / "log.txt").resolve()), environment=_environment(),
-                plan=plan, series=series, trial=trial,
-            )  # fmt: skip
+            with signals_held():
+                store.start(
+                    run_id=run_id, experiment=manifest["experiment"], target=manifest["target"],
+                    point=manifest["point"], point_values=plan.get("point_values", {}),
+                    smoke=bool(manifest.get("smoke")), spec_path=manifest["spec"]["path"],
+                    spec_sha256=manifest["spec"]["sha256"], build_path=str(point.path.resolve()),
+                    log_path=str((run_dir / "log.txt").resolve()), environment=_environment(),
+                    plan=plan, series=series, trial=trial,
+                )  # fmt: skip
             label = f"{point.label} [{trial}/{repeat}]"
             metric = plan.get("measure", {}).get("metric", "")
             sequences = workload.get("global_batch") or workload.get("batch") or 0
             items = sequences * (workload.get("seq_len") or workload.get("output_tokens") or 1)  # per step
-            with Progress(label, items or None, UNITS.get(metric, metric)) as progress:
-                outcome = execute(point, run_dir, timeout, progress.line)
-            store.finish(run_id, outcome.status, outcome.cause, outcome.metrics, outcome.log_tail)
+            outcome = Outcome("unknown", "benchc stopped before the run ended", None, None, "", 0.0)
+            try:
+                with Progress(label, items or None, UNITS.get(metric, metric)) as progress:
+                    outcome = execute(point, run_dir, timeout, progress.line)
+            except KeyboardInterrupt:  # between the trial's start and its launch
+                outcome = Outcome("interrupted", "interrupted by the user (Ctrl-C)", None, None, "", 0.0)
+            except Terminated as signalled:
+                outcome = Outcome("terminated", f"benchc received {signalled}", None, None, "", 0.0)
+            finally:
+                with signals_held():  # the row always ends
+                    store.finish(run_id, outcome.status, outcome.cause, outcome.metrics, outcome.log_tail)
             tally[outcome.status] = tally.get(outcome.status, 0) + 1
             _say(label, run_id, outcome, metric)
-            if outcome.status == "interrupted":
-                print("benchc: interrupted; the remaining runs were not started", file=sys.stderr)
-                return EXIT_INTERRUPTED
+            if outcome.status in ("interrupted", "terminated"):
+                print(f"benchc: {outcome.status}; the remaining runs were not started", file=sys.stderr)
+                return EXIT_INTERRUPTED if outcome.status == "interrupted" else EXIT_TERMINATED
     summary = ", ".join(f"{n} {status}" for status, n in sorted(tally.items()))
     print(f"{sum(tally.values())} run(s): {summary}; results in {store.path}")
     return EXIT_OK if set(tally) <= {"ok"} else EXIT_RUN_FAILED

@@ -26,8 +26,9 @@ from ..diagnostics import error
 
 DEFAULT_PATH = Path(".benchc") / "results.db"
 ENVIRONMENT_VARIABLE = "BENCHC_RESULTS"
-STATUSES = ("pending", "running", "ok", "failed", "timeout", "interrupted", "cancelled", "unknown")
-ENDED = ("ok", "failed", "timeout", "interrupted", "cancelled", "unknown")
+STATUSES = ("pending", "running", "ok", "failed", "timeout", "interrupted", "terminated", "cancelled",
+            "unknown")  # fmt: skip
+ENDED = ("ok", "failed", "timeout", "interrupted", "terminated", "cancelled", "unknown")
 
 # Each migration takes the database from version i to i + 1. Never edit one that has shipped.
 MIGRATIONS: tuple[str, ...] = (
@@ -139,13 +140,15 @@ class Store:
         self.path = store_path(path)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            # SQLite's own wait for a lock is short: longer waits are Python's loop below, so
+            # that Ctrl-C and SIGTERM are seen while another benchc holds the store.
+            self._db = sqlite3.connect(self.path, timeout=0.2, isolation_level=None)
         except (OSError, sqlite3.Error) as exc:
             raise error(f"cannot open the results store {self.path}: {exc}", None) from None
         self._db.row_factory = sqlite3.Row
         self._depth = 0  # open transactions (batch() nests start/finish into one)
         try:
-            self._db.execute("PRAGMA busy_timeout=30000")
+            self._db.execute("PRAGMA busy_timeout=200")
             self._retry_while_locked(lambda: self._db.execute("PRAGMA journal_mode=WAL"))
             self._retry_while_locked(self._migrate)
         except sqlite3.DatabaseError as exc:
@@ -182,7 +185,7 @@ class Store:
         if self._depth:  # inside batch(): part of the enclosing transaction
             yield self._db
             return
-        self._db.execute("BEGIN IMMEDIATE")
+        self._retry_while_locked(lambda: self._db.execute("BEGIN IMMEDIATE"))
         self._depth = 1
         try:
             yield self._db

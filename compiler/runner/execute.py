@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..diagnostics import error
+from .processes import MARKER, Terminated, stop
 
 LOG_TAIL_LINES = 40
-STOP_GRACE_S = 10.0  # after SIGINT/SIGTERM, before SIGKILL
 
 
 @dataclass(frozen=True)
@@ -108,14 +108,16 @@ def execute(point: BuildPoint, run_dir: Path, timeout_s: float, on_line: Callabl
         env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // world)))
         for name in ("SLURM_JOB_NODELIST", "SLURM_JOB_NUM_NODES", "SLURM_JOB_ID"):
             env.pop(name, None)  # this machine is every node, whatever allocation benchc is in
+    marker = str(run_dir.resolve())
+    env[MARKER] = marker  # every process of this run inherits it: see processes.py
     command = ["bash", str((point.path / "launch.sh").resolve()), "--metrics", str(metrics_path.resolve())]
     started = time.monotonic()
     tail: deque[str] = deque(maxlen=LOG_TAIL_LINES)
     lock = threading.Lock()
+    processes: list[subprocess.Popen] = []
+    readers: list[threading.Thread] = []
+    ending, stop_with = None, signal.SIGTERM
     with log_path.open("w", encoding="utf-8") as log:
-        options = dict(cwd=point.path.resolve(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                       text=True, errors="replace", bufsize=1, env=env, start_new_session=True)  # fmt: skip
-        processes = [subprocess.Popen(command, **options) for _ in range(nodes)]
 
         def pump(process: subprocess.Popen, prefix: str) -> None:
             for line in process.stdout:
@@ -126,30 +128,32 @@ def execute(point: BuildPoint, run_dir: Path, timeout_s: float, on_line: Callabl
                     tail.append(text)
                     on_line(text)
 
-        readers = [
-            threading.Thread(target=pump, args=(p, f"[node {i}] " if nodes > 1 else ""), daemon=True)
-            for i, p in enumerate(processes)
-        ]
-        for reader in readers:
-            reader.start()
-        ending = None
+        options = dict(cwd=point.path.resolve(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True, errors="replace", bufsize=1, env=env, start_new_session=True)  # fmt: skip
         try:
+            for index in range(nodes):
+                process = subprocess.Popen(command, **options)
+                processes.append(process)
+                prefix = f"[node {index}] " if nodes > 1 else ""
+                readers.append(threading.Thread(target=pump, args=(process, prefix), daemon=True))
+                readers[-1].start()
             while any(p.poll() is None for p in processes):
                 if time.monotonic() - started > timeout_s:
                     ending = "timeout"
-                    _stop_groups(processes, signal.SIGTERM)
                     break
                 if nodes > 1 and any(p.returncode not in (None, 0) for p in processes):
-                    _stop_groups(processes, signal.SIGTERM)  # one node failed: end the others
-                    break
+                    break  # one node failed: end the others
                 time.sleep(0.1)
         except KeyboardInterrupt:
-            ending = "interrupted"
-            _stop_groups(processes, signal.SIGINT)
-        if ending is None and any(_group_alive(p) for p in processes):  # processes left behind
-            _stop_groups(processes, signal.SIGTERM)
-        for reader in readers:
-            reader.join()  # the pipe closes once every process holding it has ended
+            ending, stop_with = "interrupted", signal.SIGINT
+        except Terminated as signalled:
+            ending, terminated_by = "terminated", signalled.signum
+        finally:
+            # Every way out ends every process of the run (launchers, torchrun, each rank).
+            stop(processes, marker, stop_with)
+            deadline = time.monotonic() + 5.0  # the pipes close once their writers are gone
+            for reader in readers:
+                reader.join(max(0.0, deadline - time.monotonic()))
     elapsed = time.monotonic() - started
     log_tail = "\n".join(tail)
     metrics = _read_json(metrics_path)
@@ -161,45 +165,15 @@ def execute(point: BuildPoint, run_dir: Path, timeout_s: float, on_line: Callabl
     if ending == "interrupted":
         return Outcome("interrupted", "interrupted by the user (Ctrl-C)", metrics, returncode,
                        log_tail, elapsed)  # fmt: skip
+    if ending == "terminated":
+        name = signal.Signals(terminated_by).name
+        return Outcome("terminated", f"benchc received {name} (a scheduler's cancel or time limit?); "
+                       "the run was stopped", metrics, returncode, log_tail, elapsed)  # fmt: skip
     if returncode == 0 and metrics and metrics.get("status") == "ok":
         return Outcome("ok", None, metrics, returncode, log_tail, elapsed)
     ranks = sorted(run_dir.glob("metrics.rank*.json"))
     return Outcome("failed", failure_cause(metrics, ranks, returncode, log_tail), metrics,
                    returncode, log_tail, elapsed)  # fmt: skip
-
-
-def _stop_groups(processes: list[subprocess.Popen], first: int) -> None:
-    for process in processes:
-        _stop_group(process, first)
-
-
-def _stop_group(process: subprocess.Popen, first: int) -> None:
-    """Signal the whole process group (launcher, torchrun, every rank), wait for all of it
-    to end, then SIGKILL what is left. A second Ctrl-C meanwhile does not cut this short."""
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        for sig, grace in ((first, STOP_GRACE_S), (signal.SIGKILL, 5.0)):
-            try:
-                os.killpg(process.pid, sig)
-            except ProcessLookupError:
-                break
-            deadline = time.monotonic() + grace
-            while time.monotonic() < deadline and _group_alive(process):
-                time.sleep(0.1)
-            if not _group_alive(process):
-                break
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    process.wait()
-
-
-def _group_alive(process: subprocess.Popen) -> bool:
-    process.poll()  # reap the launcher itself if it ended
-    try:
-        os.killpg(process.pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def _read_json(path: Path) -> dict | None:

@@ -330,7 +330,8 @@ def write_json(path: str, payload: dict) -> None:
     with os.fdopen(handle, "w") as stream:
         json.dump(payload, stream, indent=2, sort_keys=True)
         stream.write("\n")
-    umask = os.umask(0)  # mkstemp makes 0600: give the file the mode a plain open() would
+    # mkstemp makes 0600: give the file the mode a plain open() would
+    umask = os.umask(0)
     os.umask(umask)
     os.chmod(temporary, 0o666 & ~umask)
     os.replace(temporary, path)
