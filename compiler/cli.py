@@ -10,10 +10,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import sqlite3
 import sys
 from collections.abc import Sequence
 
 from . import __version__
+from .commands.flags import whole_number
 from .console import emit, silence
 from .diagnostics import BenchError, format_diagnostics
 from .runner.processes import Terminated
@@ -60,6 +62,14 @@ def _variant_options(parser: argparse.ArgumentParser) -> None:
         help="override a setting, e.g. --set train.batch=32 (repeatable)",
     )  # fmt: skip
     parser.add_argument(
+        "--include-root", metavar="DIR",
+        help="allow includes from anywhere under DIR (default: only under the spec's own folder)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--max-points", type=whole_number(1, 10**9), default=None, metavar="N",
+        help="refuse specs that expand to more than N points (default: 10,000)",
+    )  # fmt: skip
+    parser.add_argument(
         "--smoke", action="store_true",
         help="shrink to a tiny model on 2 processes (2 nodes x 1 for multi-node plans; same code "
         "paths), cpu by default",
@@ -90,6 +100,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Terminated as signalled:
         emit(sys.stderr, f"benchc: {signalled}")
         return 128 + signalled.signum
+    except sqlite3.DatabaseError as exc:  # a store damaged while benchc used it
+        emit(sys.stderr, f"benchc: error: the results store failed: {exc}\n"
+             "  hint: `sqlite3 FILE .recover | sqlite3 NEW` saves what is readable")  # fmt: skip
+        return EXIT_USER
     except BrokenPipeError:
         silence(sys.stdout)  # `benchc plan ... | head`: the reader left; not an error
         return EXIT_OK

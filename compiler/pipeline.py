@@ -16,7 +16,7 @@ from .frontend.document import Document, load_document
 from .plan.lower import build, resolve
 from .plan.smoke import shrink
 from .plan.types import Plan
-from .plan.variants import Override, expand, parse_override
+from .plan.variants import MAX_POINTS, Override, expand, parse_override
 from .validate.schema import validate_settings
 from .validate.semantic import check_names, check_plan
 
@@ -26,6 +26,7 @@ class PlanSet:
     document: Document
     targets: tuple[str, ...]
     plans: tuple[Plan, ...]
+    notes: tuple[str, ...] = ()  # what the user should know: settings --smoke replaced
 
     @property
     def points(self) -> tuple[str, ...]:
@@ -66,11 +67,14 @@ def plan_spec(
     targets: Sequence[str] = (),
     overrides: Sequence[str] = (),
     smoke: bool = False,
+    include_root: Path | str | None = None,
+    max_points: int = MAX_POINTS,
 ) -> PlanSet:
-    """Load, validate and lower a spec into one Plan per (target, sweep point)."""
+    """Load, validate and lower a spec into one Plan per (target, sweep point); includes must
+    lie under `include_root` (default: the spec's folder), and at most `max_points` plans."""
     chosen = parse_targets(targets)
     parsed = parse_overrides(overrides)
-    document = load_document(path)
+    document = load_document(path, include_root)
     problems = validate_settings(document.values, document.span_of)
     problems += check_names(document)
     if problems:
@@ -78,6 +82,10 @@ def plan_spec(
     set_targets = [o for o in parsed if o.path == ("targets",)]
     if set_targets:  # --set targets=[...] replaces the spec's list
         listed = set_targets[-1].value
+        if not listed:
+            raise BenchError([Diagnostic("targets must have at least 1 item, not 0",
+                                         set_targets[-1].node.span,
+                                         hint="name a target, e.g. --set targets=[cpu]")])  # fmt: skip
         problems = [
             Diagnostic(f"unknown target '{name}'", item.span,
                        hint=choices_hint(str(name), TARGETS, "known targets"))
@@ -89,8 +97,8 @@ def plan_spec(
     if not chosen:
         spec_targets = set_targets[-1].value if set_targets else document.get(("targets",))
         chosen = ["cpu"] if smoke else list(spec_targets)
-    plans = []
-    for variant in expand(document, chosen, parsed):
+    plans, notes = [], []
+    for variant in expand(document, chosen, parsed, max_points):
         settings = variant.settings
         found = validate_settings(settings.values, settings.span)
         if found:
@@ -103,7 +111,9 @@ def plan_spec(
             found = check_plan(plan, resolved)
             if smoke and not found:
                 accum = getattr(plan.workload, "grad_accum", 1)
-                resolved = shrink(resolved, real_grad_accum=accum)
+                shrunk = shrink(resolved, real_grad_accum=accum)
+                notes.extend(smoke_replaced(parsed, shrunk))
+                resolved = shrunk
                 plan = build(resolved, variant, target, True, tuple(overrides))
                 found = check_plan(plan, resolved)
         except BenchError as exc:
@@ -113,4 +123,23 @@ def plan_spec(
             plans.append(plan)
     if problems:
         raise BenchError(problems)
-    return PlanSet(document, tuple(chosen), tuple(plans))
+    return PlanSet(document, tuple(chosen), tuple(plans), tuple(dict.fromkeys(notes)))
+
+
+_SECTIONS = {"train": "workload", "infer": "workload", "model": "model", "cluster": "cluster",
+             "parallel": "parallel", "measure": "measure"}  # fmt: skip
+
+
+def smoke_replaced(overrides: Sequence[Override], shrunk) -> list[str]:
+    """A note for each --set whose value the smoke shrink replaced."""
+    found = []
+    for override in overrides:
+        section = _SECTIONS.get(override.path[0])
+        if section is None or len(override.path) != 2:
+            continue
+        values = getattr(shrunk, section)
+        key = override.path[1]
+        if key in values and values[key] != override.value:
+            found.append(f"--smoke replaced --set {override.text}: the smoke run uses "
+                         f"{'.'.join(override.path)} = {values[key]}")  # fmt: skip
+    return found

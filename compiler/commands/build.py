@@ -37,14 +37,28 @@ def add_parsers(commands, variant_options) -> None:
     targets_.add_argument("--json", action="store_true", help="print the target table as JSON")
 
 
-def check(args) -> int:
+def plan_args(args, spec=None):
+    """plan_spec over the spec and variant options of a command's arguments."""
     from ..console import emit
     from ..pipeline import plan_spec
+    from ..plan.variants import MAX_POINTS
+
+    result = plan_spec(
+        args.spec if spec is None else spec, args.target, args.overrides, args.smoke,
+        include_root=args.include_root, max_points=args.max_points or MAX_POINTS,
+    )  # fmt: skip
+    for note in result.notes:
+        emit(sys.stderr, f"note: {note}")
+    return result
+
+
+def check(args) -> int:
+    from ..console import emit
 
     failed = False
     for spec in args.specs:
         try:
-            result = plan_spec(spec, args.target, args.overrides, args.smoke)
+            result = plan_args(args, spec)
         except BenchError as exc:
             failed = True  # before printing: a reader that leaves early changes no status
             emit(sys.stderr, format_diagnostics(exc.diagnostics))
@@ -61,10 +75,9 @@ def check(args) -> int:
 
 
 def plan(args) -> int:
-    from ..pipeline import plan_spec
     from ..plan.summary import summarize
 
-    result = plan_spec(args.spec, args.target, args.overrides, args.smoke)
+    result = plan_args(args)
     if args.json:
         payload = {
             "experiment": result.document.experiment,
@@ -79,9 +92,12 @@ def plan(args) -> int:
 def compile_spec(args, sbatch: bool = False):
     """Plan and compile the spec of `args` into args.out; the built points."""
     from ..codegen.build import compile_plans
-    from ..pipeline import plan_spec
+    from ..diagnostics import error
 
-    result = plan_spec(args.spec, args.target, args.overrides, args.smoke)
+    if not str(args.out).strip():
+        raise error("-o/--out needs a folder name, got ''", None,
+                    hint="name the build folder, e.g. -o build (the default)")  # fmt: skip
+    result = plan_args(args)
     return compile_plans(result.plans, Path(args.out), sbatch=sbatch)
 
 

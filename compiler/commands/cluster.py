@@ -9,6 +9,7 @@ import sys
 from ..diagnostics import BenchError, Diagnostic, Source, Span, error
 from ..report.headline import headline
 from ..results.store import Store, open_existing
+from . import flags
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_USER, EXIT_INTERRUPTED = 0, 1, 2, 130
 COMMANDS = ("submit", "status", "cancel")
@@ -30,7 +31,9 @@ def add_parsers(commands, variant_options) -> None:
     submit_.add_argument("--partition", metavar="P", help="Slurm partition (wins over the spec)")
     submit_.add_argument("--account", metavar="A", help="Slurm account (wins over the spec)")
     submit_.add_argument("--time", metavar="T", help="job time limit, e.g. 30 or 02:00:00 (wins)")
-    submit_.add_argument("--repeat", type=int, default=None, metavar="N", help="trials per point, in one job")
+    submit_.add_argument(
+        "--repeat", type=flags.repeat, default=None, metavar="N", help="trials per point, in one job"
+    )
     submit_.add_argument("--wait", action="store_true", help="follow the jobs until they end, then collect")
     _db_option(submit_)
 

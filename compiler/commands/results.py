@@ -16,6 +16,7 @@ from ..codegen.programs import UNITS
 from ..diagnostics import choices_hint, error
 from ..report.headline import headline
 from ..results.store import STATUSES, Store, new_id, open_existing, store_path
+from . import flags
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_USER, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
 COMMANDS = ("run", "runs", "show", "export", "ingest", "report")
@@ -26,8 +27,10 @@ def add_parsers(commands, variant_options) -> None:
     run.add_argument("spec", metavar="SPEC|BUILD_DIR")
     variant_options(run)
     run.add_argument("-o", "--out", default="build", metavar="DIR", help="build folder for a SPEC")
-    run.add_argument("--repeat", type=int, default=None, metavar="N", help="trials per point")
-    run.add_argument("--timeout", type=float, default=None, metavar="S", help="seconds per trial")
+    run.add_argument(
+        "--repeat", type=flags.repeat, default=None, metavar="N", help="trials per point (1-1000)"
+    )
+    run.add_argument("--timeout", type=flags.seconds, default=None, metavar="S", help="seconds per trial")
     _db_option(run)
 
     runs = commands.add_parser("runs", help="list stored runs")
@@ -76,10 +79,6 @@ def _environment() -> dict:
 def run(args) -> int:
     from .build import build_points
 
-    if args.repeat is not None and args.repeat < 1:
-        raise error("--repeat must be at least 1", None)
-    if args.timeout is not None and args.timeout <= 0:
-        raise error("--timeout must be a positive number of seconds", None)
     points = build_points(args, "run")
     _refuse_clusters(points)
     with Store(args.db) as store:

@@ -4,13 +4,18 @@ The document is what the JSON Schema validates and what lowering reads. Every va
 `Origin` (the key and value spans that set it), so any later error points at the user's text.
 Rules enforced here: one experiment per file; a key is set once per file; an included file is a
 base that the including file overrides; includes resolve relative to the including file; include
-cycles and missing includes are reported with the include chain.
+cycles and missing includes are reported with the include chain; a file included more than once
+is read and applied once, at its first include; an include must name a `.bench` file inside the
+include root (by default the folder of the spec; `--include-root` widens it).
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import itertools
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +27,7 @@ from .source import display_name, read_source
 Path_ = tuple  # a settings path such as ("train", "batch") or ("targets", 1)
 
 MAX_INCLUDE_DEPTH = 16
+MAX_PATH_CHARS, MAX_NAME_CHARS = 4096, 255  # what Linux accepts for a path and one of its parts
 
 
 @dataclass(frozen=True)
@@ -78,8 +84,9 @@ class Document:
         return node
 
 
-def load_document(path: Path | str) -> Document:
-    """Read, parse and merge a spec and everything it includes."""
+def load_document(path: Path | str, include_root: Path | str | None = None) -> Document:
+    """Read, parse and merge a spec and everything it includes (all under `include_root`,
+    by default the spec's own folder)."""
     path = Path(path)
     source = read_source(path, name=str(path))
     tree = parse_text(source)
@@ -102,9 +109,74 @@ def load_document(path: Path | str) -> Document:
             "or into a file that this one includes",
         )
     experiment = experiments[0]
-    builder = _Builder(Document(experiment.name, experiment.name_span, main=source))
+    root = Path(include_root) if include_root is not None else path.parent
+    builder = _Builder(Document(experiment.name, experiment.name_span, main=source), root.resolve())
     builder.add_file(path, tree, experiment.body, chain=())
     return builder.document
+
+
+def _include_target(including: Path, include: ast.Include, notes: tuple) -> Path:
+    """The file an include names, resolved; refuses paths no file system would take."""
+    written, span = include.path.value, include.path.span
+    if "\x00" in written:
+        raise error("include path holds a NUL character", span, notes=notes)
+    if len(written) > MAX_PATH_CHARS or any(len(part) > MAX_NAME_CHARS for part in written.split("/")):
+        raise error(
+            f"include path is too long ({len(written):,} characters)",
+            span,
+            hint=f"paths are at most {MAX_PATH_CHARS} characters, each part at most {MAX_NAME_CHARS}",
+            notes=notes,
+        )
+    try:
+        return (including.parent / written).resolve()
+    except RuntimeError:  # Python 3.11: "Symlink loop from ..."
+        raise error(f"include '{written}' is a symlink loop", span, notes=notes) from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise error(f"include '{written}' is a symlink loop", span, notes=notes) from None
+        raise error(f"cannot resolve include '{written}': {exc.strerror}", span, notes=notes) from None
+
+
+def _check_included_file(target: Path, include: ast.Include, root: Path, notes: tuple) -> None:
+    """An include reads a regular `.bench` file under the include root, or nothing at all."""
+    written, span = include.path.value, include.path.span
+    try:
+        info = os.stat(target)
+    except FileNotFoundError:
+        raise error(
+            f"included file not found: '{written}'",
+            span,
+            hint=f"looked for {display_name(target)} (include paths are relative to the including file)",
+            notes=notes,
+        ) from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise error(f"include '{written}' is a symlink loop", span, notes=notes) from None
+        raise error(f"cannot read include '{written}': {exc.strerror}", span, notes=notes) from None
+    if stat.S_ISDIR(info.st_mode):
+        raise error(f"include '{written}' is a directory, not a .bench file", span, notes=notes)
+    if not stat.S_ISREG(info.st_mode):
+        raise error(
+            f"include '{written}' is not a regular file (a FIFO, socket or device)",
+            span,
+            hint="an include names a .bench file on disk",
+            notes=notes,
+        )
+    if not target.is_relative_to(root):
+        raise error(
+            f"included file '{written}' is outside the folder of the spec ({display_name(root)})",
+            span,
+            hint=f"it resolves to {display_name(target)}; pass --include-root FOLDER to allow "
+            "includes from under FOLDER",
+            notes=notes,
+        )
+    if target.suffix != ".bench":
+        raise error(
+            f"include '{written}' does not name a .bench file",
+            span,
+            hint="an include reads shared settings from another .bench file",
+            notes=notes,
+        )
 
 
 def _no_experiment(tree: ast.File) -> BenchError:
@@ -137,8 +209,10 @@ def _head_span(statement) -> Span:
 
 
 class _Builder:
-    def __init__(self, document: Document):
+    def __init__(self, document: Document, include_root: Path):
         self.document = document
+        self.include_root = include_root
+        self.applied: set[Path] = set()  # files already read: a diamond is read once
         self.passes = itertools.count()
         self.set_in: dict[Path_, tuple[int, Span]] = {}  # path -> (pass, key span) that set it
         self.sweep_set_in: dict[tuple[str, ...], tuple[int, Span]] = {}
@@ -149,6 +223,7 @@ class _Builder:
         text = tree.source.text.encode("utf-8")
         self.document.files.append(SpecFile(tree.source.name, hashlib.sha256(text).hexdigest()))
         resolved = path.resolve()
+        self.applied.add(resolved)
         for include in tree.includes:
             self.add_include(resolved, include, chain + ((resolved, include),))
         pass_id = next(self.passes)
@@ -162,10 +237,10 @@ class _Builder:
             raise BenchError(errors)
 
     def add_include(self, including: Path, include: ast.Include, chain: tuple) -> None:
-        target = (including.parent / include.path.value).resolve()
         notes = tuple(
             Note(f"included from here ({display_name(p)})", inc.span) for p, inc in reversed(chain[:-1])
         )
+        target = _include_target(including, include, notes)
         if target in {p for p, _ in chain}:
             cycle = " -> ".join([display_name(p) for p, _ in chain] + [display_name(target)])
             raise error(
@@ -176,13 +251,9 @@ class _Builder:
             )
         if len(chain) > MAX_INCLUDE_DEPTH:
             raise error(f"includes nested deeper than {MAX_INCLUDE_DEPTH}", include.span, notes=notes)
-        if not target.is_file():
-            raise error(
-                f"included file not found: '{include.path.value}'",
-                include.path.span,
-                hint=f"looked for {display_name(target)} (include paths are relative to the including file)",
-                notes=notes,
-            )
+        if target in self.applied:
+            return  # already read and applied where it was first included
+        _check_included_file(target, include, self.include_root, notes)
         source = read_source(target, included_from=include.path.span)
         tree = parse_text(source)
         if tree.experiments:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 from ..diagnostics import Source, Span, error
@@ -24,9 +25,16 @@ def read_source(path: Path, name: str | None = None, included_from: Span | None 
     name = name or display_name(path)
     where = included_from or None
     try:
-        size = path.stat().st_size
-        if path.is_dir():
+        info = path.stat()
+        size = info.st_size
+        if stat.S_ISDIR(info.st_mode):
             raise error(f"'{name}' is a directory, not a .bench file", where)
+        if not stat.S_ISREG(info.st_mode):  # a FIFO or a device could block or never end
+            raise error(
+                f"'{name}' is not a regular file (a FIFO, socket or device)",
+                where,
+                hint="benchc reads a spec from a file on disk; save it to a .bench file first",
+            )
         if size > MAX_SPEC_BYTES:
             with path.open("rb") as head:  # show its first line, read nothing more
                 first_line = head.read(512).split(b"\n")[0].decode("utf-8", errors="replace")
@@ -37,7 +45,10 @@ def read_source(path: Path, name: str | None = None, included_from: Span | None 
                 where or Span.start_of(placeholder),
                 hint="a .bench file holds settings, not data; is this the right file?",
             )
-        raw = path.read_bytes()
+        with path.open("rb") as stream:  # bounded by what is read, whatever stat said
+            raw = stream.read(MAX_SPEC_BYTES + 1)
+        if len(raw) > MAX_SPEC_BYTES:
+            raise error(f"'{name}' is larger than {MAX_SPEC_BYTES // 2**20} MiB", where)
     except FileNotFoundError:
         raise error(f"no such file: '{name}'", where) from None
     except PermissionError:

@@ -7,7 +7,9 @@ Precedence, lowest first: included files < the spec < `on TARGET { }` < the swee
 from __future__ import annotations
 
 import copy
+import hashlib
 import itertools
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -16,6 +18,7 @@ from ..frontend import syntax as ast
 from ..frontend.document import Document, Origin, record_origins
 from ..frontend.parser import parse_text
 
+MAX_POINT_CHARS = 120  # a point names a folder; the file system takes 255
 UNSWEEPABLE = ("targets", "reference", "on", "description")
 
 
@@ -132,8 +135,14 @@ class Variant:
     settings: Settings
 
 
-def expand(document: Document, targets: list[str], overrides: list[Override]) -> list[Variant]:
-    """Every (target, sweep point) of the document, with overrides applied."""
+MAX_POINTS = 10_000  # variants (targets x sweep points) a spec may expand to; --max-points raises it
+
+
+def expand(
+    document: Document, targets: list[str], overrides: list[Override], max_points: int = MAX_POINTS
+) -> list[Variant]:
+    """Every (target, sweep point) of the document, with overrides applied. The number of
+    variants is computed before any is built, and refused past `max_points`."""
     set_paths = {o.path for o in overrides}
     axes = [axis for path, axis in document.sweeps.items() if path not in set_paths]
     for axis in axes:
@@ -143,6 +152,15 @@ def expand(document: Document, targets: list[str], overrides: list[Override]) ->
                 axis.key_span,
                 hint="sweep a setting such as train.batch or cluster.nodes; list targets in targets = [...]",
             )
+    count = len(targets) * math.prod(len(axis.values) for axis in axes)
+    if count > max_points:
+        sizes = " x ".join(str(len(axis.values)) for axis in axes)
+        raise error(
+            f"this spec expands to {count:,} points ({len(targets)} target"
+            f"{'s' if len(targets) != 1 else ''} x sweeps of {sizes}); the limit is {max_points:,}",
+            axes[0].key_span if axes else document.experiment_span,
+            hint="sweep fewer values, or raise the limit with --max-points N if you mean it",
+        )
     points = list(itertools.product(*[range(len(axis.values)) for axis in axes]))
     names = [_point_name(axes, choice) for choice in points]
     if len(set(names)) != len(names):
@@ -178,7 +196,11 @@ def _point_name(axes, choice) -> str:
             shown = str(value)
         shown = re.sub(r"[^A-Za-z0-9.+-]", "_", shown)
         parts.append(f"{axis.path[-1]}-{shown}")
-    return "_".join(parts)
+    name = "_".join(parts)
+    if len(name) > MAX_POINT_CHARS:  # a folder name: keep it short, and still unique
+        digest = hashlib.sha256(name.encode()).hexdigest()[:10]
+        name = f"{name[: MAX_POINT_CHARS - 11]}-{digest}"
+    return name
 
 
 def raise_if(diagnostics) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 from ..diagnostics import BenchError, Diagnostic
 from .metrics import load_metrics
 from .store import Store, new_id
+from .untrusted_json import read_json_file
 
 
 @dataclass(frozen=True)
@@ -53,9 +54,9 @@ def manifest_near(path: Path) -> dict | None:
         candidate = folder / "manifest.json"
         if candidate.exists():
             try:
-                data = json.loads(candidate.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-                return None
+                data, _ = read_json_file(candidate, "build manifest")
+            except BenchError:
+                return None  # the metrics file carries what the store needs; the plan is extra
             return data if isinstance(data, dict) else None
     return None
 

@@ -9,7 +9,10 @@ from pathlib import Path
 
 import jsonschema
 
-from ..diagnostics import Diagnostic, Source, Span, error
+from ..diagnostics import Diagnostic, Span, error
+from .untrusted_json import control_character, read_json_file
+
+NAMES = ("experiment", "target", "point")  # they label reports and are looked up by users
 
 
 @lru_cache(maxsize=1)
@@ -20,21 +23,7 @@ def metrics_schema() -> dict:
 def load_metrics(path: Path) -> dict:
     """The metrics in `path`, or a BenchError saying where and why it is not a metrics file."""
     name = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise error(f"no such file: '{name}'", None) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise error(f"cannot read '{name}': {exc}", None) from None
-    source = Source(name, text)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise error(
-            f"'{name}' is not JSON: {exc.msg}",
-            Span.point(source, exc.lineno, exc.colno),
-            hint="a metrics file is the JSON a generated program writes (metrics.json)",
-        ) from None
+    data, source = read_json_file(path, "metrics file")
     if not isinstance(data, dict) or data.get("schema") != "benchc-metrics":
         raise error(
             f"'{name}' is not a benchc metrics file",
@@ -51,6 +40,13 @@ def load_metrics(path: Path) -> dict:
             Span.start_of(source),
             hint="compiler/schemas/metrics.schema.json documents every field",
         )
+    for key in NAMES:
+        if control_character(data[key]):
+            raise error(
+                f"'{name}': the {key} name {data[key][:60]!r} holds a control character",
+                Span.start_of(source),
+                hint="names in a metrics file come from a spec, which never holds them",
+            )
     return data
 
 

@@ -90,6 +90,17 @@ def open_existing(path: Path | str | None) -> Store | None:
     return Store(where) if where.is_file() else None
 
 
+def damaged(path: Path, detail: str):
+    """The error for a store SQLite finds damaged: name it, say how to recover, write nothing."""
+    return error(
+        f"the results store {path} is damaged ({detail[:120]}); benchc will not read or write it",
+        None,
+        hint=f"recover what is readable into a new file with `sqlite3 {path} .recover | sqlite3 "
+        f"{path}.recovered`, then use --db {path}.recovered (or move it into place); "
+        "or point --db at another file",
+    )
+
+
 def now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
@@ -149,6 +160,7 @@ class Store:
         self._depth = 0  # open transactions (batch() nests start/finish into one)
         try:
             self._db.execute("PRAGMA busy_timeout=200")
+            self._check_intact()
             self._retry_while_locked(lambda: self._db.execute("PRAGMA journal_mode=WAL"))
             self._retry_while_locked(self._migrate)
         except sqlite3.DatabaseError as exc:
@@ -157,6 +169,19 @@ class Store:
                 None,
                 hint="point --db (or BENCHC_RESULTS) at another file",
             ) from None
+
+    def _check_intact(self) -> None:
+        """A damaged file is refused before anything reads or writes it (SQLite would go on
+        writing into the pages it can still reach)."""
+        try:
+            found = self._retry_while_locked(lambda: self._db.execute("PRAGMA quick_check(1)").fetchone())
+        except sqlite3.DatabaseError as exc:
+            if "not a database" in str(exc):
+                raise  # foreign or truncated: told as such below
+            found = (str(exc),)
+        if found and found[0] != "ok":
+            self._db.close()
+            raise damaged(self.path, found[0])
 
     @staticmethod
     def _retry_while_locked(action, seconds: float = 30.0):

@@ -4,7 +4,6 @@ Ctrl-C, and say how it ended (ok, failed with a cause, timeout, interrupted)."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -18,7 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..diagnostics import error
+from ..diagnostics import BenchError, error
+from ..results.untrusted_json import read_json_file
+from .manifest import read_manifest
 from .processes import MARKER, Terminated, stop
 
 LOG_TAIL_LINES = 40
@@ -66,12 +67,7 @@ def find_points(path: Path) -> list[BuildPoint]:
     )  # fmt: skip
     points = []
     for manifest_path in manifests:
-        try:
-            manifest = json.loads(manifest_path.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise error(f"cannot read {manifest_path}: {exc}", None) from None
-        if manifest.get("manifest_version") != 1 or "experiment" not in manifest:
-            raise error(f"{manifest_path} is not a benchc build manifest (version 1)", None)
+        manifest = read_manifest(manifest_path)
         points.append(BuildPoint(manifest_path.parent, manifest))
     if not points:
         raise error(f"no build points (folders with manifest.json) under '{path}'", None,
@@ -177,9 +173,10 @@ def execute(point: BuildPoint, run_dir: Path, timeout_s: float, on_line: Callabl
 
 
 def _read_json(path: Path) -> dict | None:
+    """A program's metrics file, or None where it is missing or not sound JSON."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
+        data, _ = read_json_file(path, "metrics file")
+    except BenchError:
         return None
     return data if isinstance(data, dict) else None
 

@@ -291,9 +291,21 @@ def slurm_log_inside_the_build(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:
         )
 
 
+MAX_EXPERIMENT_CHARS = 100
+
+
 def check_names(document) -> list[Diagnostic]:
     """Target names, which the schema cannot know: in targets, on and reference blocks."""
     found = []
+    if len(document.experiment) > MAX_EXPERIMENT_CHARS:  # it names a build folder and results
+        found.append(
+            Diagnostic(
+                f"experiment name is {len(document.experiment)} characters long; the limit is "
+                f"{MAX_EXPERIMENT_CHARS}",
+                document.experiment_span,
+                hint="the name becomes a folder of the build and a key of the results store",
+            )
+        )
     known = list(TARGETS)
     targets = document.get(("targets",))
     for index, name in enumerate(targets if isinstance(targets, list) else []):
