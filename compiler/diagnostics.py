@@ -6,9 +6,12 @@ raises `BenchError`, and the CLI prints them with `format_diagnostics` and exits
 
 from __future__ import annotations
 
+import bisect
 import difflib
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 
 @dataclass(frozen=True)
@@ -18,18 +21,33 @@ class Source:
     name: str  # what we print: the path as the user wrote it, or "<--set 1>"
     text: str = field(repr=False, compare=False)
 
+    @cached_property
+    def _lines(self) -> tuple[str, ...]:
+        return tuple(line.removesuffix("\r") for line in self.text.split("\n"))
+
+    @cached_property
+    def _line_starts(self) -> list[int]:
+        starts = [0]
+        find = self.text.find
+        at = find("\n")
+        while at >= 0:
+            starts.append(at + 1)
+            at = find("\n", at + 1)
+        return starts
+
     def lines(self) -> list[str]:
-        """Lines as the parser counts them: split at '\n' only (not at form feeds etc.)."""
-        return [line.removesuffix("\r") for line in self.text.split("\n")]
+        """Lines as the parser counts them: split at '\n' only (not at form feeds etc.).
+        Split once per source: a file with thousands of diagnostics stays linear."""
+        return list(self._lines)
 
     def line_text(self, line: int) -> str:
-        lines = self.lines()
+        lines = self._lines
         return lines[line - 1] if 0 < line <= len(lines) else ""
 
     @property
     def last_position(self) -> tuple[int, int]:
         """(line, column) just after the last non-blank character; (1, 1) for an empty text."""
-        lines = self.lines()
+        lines = self._lines
         for index in range(len(lines) - 1, -1, -1):
             stripped = lines[index].rstrip()
             if stripped:
@@ -38,10 +56,8 @@ class Source:
 
     def position(self, offset: int) -> tuple[int, int]:
         """1-based (line, column) of a character offset."""
-        before = self.text[:offset]
-        line = before.count("\n") + 1
-        column = offset - (before.rfind("\n") + 1) + 1
-        return line, column
+        line = bisect.bisect_right(self._line_starts, offset)
+        return line, offset - self._line_starts[line - 1] + 1
 
 
 @dataclass(frozen=True)
@@ -158,22 +174,47 @@ def _excerpt(span: Span) -> list[str]:
     ]
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """User text made safe for a terminal: control characters (an escape sequence in a preset
+    name could clear the screen) shown as Python escapes; newlines and tabs kept."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+
+
 def format_diagnostic(diagnostic: Diagnostic, color: bool = False) -> str:
     bold, red, cyan, reset = ("\033[1m", "\033[31m", "\033[36m", "\033[0m") if color else ("",) * 4
-    where = f"{diagnostic.span}: " if diagnostic.span else ""
-    lines = [f"{bold}{where}{red}{diagnostic.severity}:{reset}{bold} {diagnostic.message}{reset}"]
+    where = printable(f"{diagnostic.span}: ") if diagnostic.span else ""
+    message = printable(diagnostic.message)
+    lines = [f"{bold}{where}{red}{diagnostic.severity}:{reset}{bold} {message}{reset}"]
     if diagnostic.span is not None:
         lines += _excerpt(diagnostic.span)
     for note in diagnostic.notes:
-        where = f"{note.span}: " if note.span else ""
-        lines.append(f"  {cyan}note:{reset} {where}{note.message}")
+        where = printable(f"{note.span}: ") if note.span else ""
+        lines.append(f"  {cyan}note:{reset} {where}{printable(note.message)}")
     if diagnostic.hint:
-        lines.append(f"  {cyan}hint:{reset} {diagnostic.hint}")
+        lines.append(f"  {cyan}hint:{reset} {printable(diagnostic.hint)}")
     return "\n".join(lines)
 
 
+MAX_SHOWN_PER_FILE = 50  # past this, a file's further diagnostics are counted, not printed
+
+
 def format_diagnostics(diagnostics: Sequence[Diagnostic], color: bool = False) -> str:
-    body = "\n\n".join(format_diagnostic(d, color) for d in diagnostics)
+    shown, hidden = [], {}
+    per_file: dict[str, int] = {}
+    for diagnostic in diagnostics:
+        name = diagnostic.span.source.name if diagnostic.span else ""
+        per_file[name] = per_file.get(name, 0) + 1
+        if per_file[name] <= MAX_SHOWN_PER_FILE:
+            shown.append(diagnostic)
+        else:
+            hidden[name] = hidden.get(name, 0) + 1
+    body = "\n\n".join(format_diagnostic(d, color) for d in shown)
+    for name, count in hidden.items():
+        where = f" in {printable(name)}" if name else ""
+        body += f"\n\n... and {count} more error{'s' if count != 1 else ''}{where} not shown"
     errors = sum(1 for d in diagnostics if d.severity == "error")
     summary = f"{errors} error{'s' if errors != 1 else ''} found" if errors else ""
     return f"{body}\n\n{summary}" if summary and len(diagnostics) > 1 else body

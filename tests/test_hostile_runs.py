@@ -141,3 +141,25 @@ def test_smoke_says_which_of_the_users_settings_it_replaced():
     assert proc.returncode == 0, proc.stderr
     assert "--smoke replaced --set train.steps=400: the smoke run uses train.steps = 5" in proc.stderr
     assert "train.seed" not in proc.stderr  # kept as set: nothing to say
+
+
+# ---------------------------------------------------------------- programs that write bad metrics
+
+
+@pytest.mark.parametrize("written", [
+    {"status": "ok"},
+    {"schema": "benchc-metrics", "status": "ok", "error": "boom"},
+    "[1, 2",
+])  # fmt: skip
+def test_a_program_writing_invalid_metrics_is_stored_as_failed_and_the_report_renders(tmp_path, written):
+    text = written if isinstance(written, str) else json.dumps(written)
+    body = f"step(1, 1)\nopen(metrics_path, 'w').write({text!r})\n"
+    point = scripted_point(tmp_path, body, name="bad")
+    db = tmp_path / "r.db"
+    proc = benchc("run", str(point), "--db", str(db))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr + proc.stdout, proc.stdout + proc.stderr
+    (run,) = Store(db).runs()
+    assert run.status == "failed" and run.cause.startswith("invalid metrics"), run.cause
+    assert run.metrics is None and run.ended_at is not None
+    report = benchc("report", "-o", str(tmp_path / "out"), "--db", str(db))
+    assert report.returncode == 0 and "Traceback" not in report.stderr, report.stderr

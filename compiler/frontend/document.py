@@ -280,7 +280,8 @@ class _Builder:
                     f"'{'.'.join(path)}' is a block; it cannot also be set to a value",
                     entry.key.span,
                 )
-            self._drop_origins(path)
+            if path in self.document.origins:  # an override of an included file's value
+                self._drop_origins(path, existing)
             swept = self.sweep_set_in.get(path)
             if swept is not None and swept[0] != pass_id:  # an included file's sweep of this key
                 del self.document.sweeps[path]  # the including file's own value wins
@@ -349,10 +350,18 @@ class _Builder:
             node = node[part]
         return node
 
-    def _drop_origins(self, path: Path_) -> None:
-        """An override replaces a whole value: forget the spans of the value it replaces."""
-        for known in [p for p in self.document.origins if p[: len(path)] == path]:
-            del self.document.origins[known]
+    def _drop_origins(self, path: Path_, old_value) -> None:
+        """An override replaces a whole value: forget the spans of the value it replaces (the
+        value's own items and arguments, found by walking it: linear in its size)."""
+        origins = self.document.origins
+        stack = [(path, old_value)]
+        while stack:
+            here, value = stack.pop()
+            origins.pop(here, None)
+            if isinstance(value, dict):
+                stack.extend((here + (key,), item) for key, item in value.items())
+            elif isinstance(value, list):
+                stack.extend((here + (index,), item) for index, item in enumerate(value))
 
 
 def record_origins(origins: dict, path: Path_, value: ast.Value, key_span: Span | None) -> None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..diagnostics import BenchError, error
+from ..results.metrics import load_metrics
 from ..results.untrusted_json import read_json_file
 from .manifest import read_manifest
 from .processes import MARKER, Terminated, stop
@@ -152,7 +153,7 @@ def execute(point: BuildPoint, run_dir: Path, timeout_s: float, on_line: Callabl
                 reader.join(max(0.0, deadline - time.monotonic()))
     elapsed = time.monotonic() - started
     log_tail = "\n".join(tail)
-    metrics = _read_json(metrics_path)
+    metrics, invalid = _checked_metrics(metrics_path)
     failed = [p.returncode for p in processes if p.returncode != 0]
     returncode = failed[0] if failed else 0
     if ending == "timeout":
@@ -165,11 +166,34 @@ def execute(point: BuildPoint, run_dir: Path, timeout_s: float, on_line: Callabl
         name = signal.Signals(terminated_by).name
         return Outcome("terminated", f"benchc received {name} (a scheduler's cancel or time limit?); "
                        "the run was stopped", metrics, returncode, log_tail, elapsed)  # fmt: skip
+    if invalid:  # never stored as measured: the report could not trust a field of it
+        return Outcome("failed", invalid, None, returncode, log_tail, elapsed)
     if returncode == 0 and metrics and metrics.get("status") == "ok":
         return Outcome("ok", None, metrics, returncode, log_tail, elapsed)
+    if metrics and metrics.get("status") in ("cancelled", "timeout"):  # SIGTERM from elsewhere
+        return Outcome(metrics["status"], f"the program received SIGTERM{_reached(metrics)}, not from benchc",
+                       metrics, returncode, log_tail, elapsed)  # fmt: skip
     ranks = sorted(run_dir.glob("metrics.rank*.json"))
     return Outcome("failed", failure_cause(metrics, ranks, returncode, log_tail), metrics,
                    returncode, log_tail, elapsed)  # fmt: skip
+
+
+def _reached(metrics: dict) -> str:
+    progress = metrics.get("progress")
+    if isinstance(progress, dict) and {"step", "of"} <= progress.keys():
+        return f" at step {progress['step']} of {progress['of']}"
+    return ""
+
+
+def _checked_metrics(path: Path) -> tuple[dict | None, str | None]:
+    """The program's metrics if they match the shipped schema; else (None, the cause)."""
+    if not path.exists():
+        return None, None
+    try:
+        metrics = load_metrics(path)
+    except BenchError as exc:
+        return None, "invalid metrics: " + exc.diagnostics[0].message
+    return metrics, None
 
 
 def _read_json(path: Path) -> dict | None:
@@ -189,9 +213,9 @@ def failure_cause(metrics: dict | None, rank_files: list[Path], returncode: int 
         errors.append(metrics["error"])
     for rank_file in rank_files:
         data = _read_json(rank_file)
-        if data and data.get("error"):
+        if data and isinstance(data.get("error"), dict):  # a rank's file is not schema-checked
             errors.append(data["error"])
-    real = [e for e in errors if e.get("type") not in ("SystemExit", "KeyboardInterrupt")]
+    real = [e for e in errors if e.get("type") not in ("SystemExit", "KeyboardInterrupt", "Stopped")]
     for err in real or errors:
         kind, message, rank = err.get("type", "error"), err.get("message", ""), err.get("rank", "?")
         text = f"{kind}: {message}".lower()
