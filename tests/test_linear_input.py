@@ -58,3 +58,61 @@ def test_positions_are_computed_from_line_starts():
         before = text[:offset]
         expected = (before.count("\n") + 1, offset - (before.rfind("\n") + 1) + 1)
         assert source.position(offset) == expected, offset
+
+
+def _numeric_settings():
+    """(spec, --set path, maximum) for every bounded numeric setting the reference specs use."""
+    from benchc.validate.schema import schema
+
+    defs = schema()["$defs"]
+    cases = []
+    workloads = (("sd3.bench", "mmdit", "train"), ("beluga-train.bench", "llama", "train"),
+                 ("sd3-infer.bench", "sd3", "infer"), ("beluga-infer.bench", "llama", "infer"))  # fmt: skip
+    for spec, kind, workload in workloads:
+        for key, node in defs["model"]["properties"][kind]["properties"].items():
+            if "maximum" in node:
+                cases.append((spec, f"model.{kind}.{key}", node["maximum"]))
+        for key, node in defs[workload]["properties"].items():
+            if "maximum" in node:
+                cases.append((spec, f"{workload}.{key}", node["maximum"]))
+    for section in ("cluster", "parallel", "measure"):
+        for key, node in defs[section]["properties"].items():
+            if "maximum" in node:
+                cases.append(("sd3.bench", f"{section}.{key}", node["maximum"]))
+    return cases
+
+
+def test_every_numeric_setting_has_an_upper_bound_that_is_a_located_error():
+    """No size, count, degree, token or step count is unbounded (a thousand-digit batch once
+    compiled), and past the bound check refuses it at the --set, fast."""
+    from benchc.diagnostics import BenchError
+    from benchc.pipeline import plan_spec
+
+    cases = _numeric_settings()
+    assert len(cases) >= 50, len(cases)
+    started = time.monotonic()
+    for spec, path, maximum in cases:
+        value = maximum * 10 if isinstance(maximum, int) else f"{maximum * 10:g}"
+        try:
+            plan_spec(REPO / "specs" / spec, overrides=[f"{path}={value}"])
+        except BenchError as exc:
+            messages = [d.message for d in exc.diagnostics]
+            assert any(f"{path} must be at most" in m for m in messages), (path, messages)
+            assert all(d.span is not None for d in exc.diagnostics)
+        else:
+            raise AssertionError(f"{path}={value} was accepted")
+    assert time.monotonic() - started < 60
+
+
+def test_decode_flops_are_a_closed_form_equal_to_the_sum_over_tokens():
+    from benchc.plan.flops import _llama_matmul_weights, llama_generate_flops
+
+    shape = dict(hidden=64, layers=2, heads=4, kv_heads=2, intermediate=128, vocab=100)
+    for input_tokens, output_tokens in ((1, 1), (3, 1), (16, 32), (128, 2048)):
+        flops = llama_generate_flops(**shape, input_tokens=input_tokens, output_tokens=output_tokens)
+        context = input_tokens**2 + sum(input_tokens + t for t in range(1, output_tokens))
+        tokens = input_tokens + output_tokens - 1
+        assert flops == 2.0 * _llama_matmul_weights(**shape) * tokens + 4.0 * 2 * 64 * context
+    started = time.monotonic()
+    llama_generate_flops(**shape, input_tokens=4_194_304, output_tokens=4_194_304)
+    assert time.monotonic() - started < 0.1

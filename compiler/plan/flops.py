@@ -124,5 +124,8 @@ def llama_generate_flops(hidden: int, layers: int, heads: int, kv_heads: int, in
     (4 L h x context)."""
     matmul = _llama_matmul_weights(hidden, layers, heads, kv_heads, intermediate, vocab)
     tokens = input_tokens + output_tokens - 1  # the last generated token is not fed back
-    context = input_tokens * input_tokens + sum(input_tokens + t for t in range(1, output_tokens))
+    # the prefill attends input x input; decode step t (1 .. output - 1) attends input + t:
+    # an arithmetic series, summed in closed form
+    steps = output_tokens - 1
+    context = input_tokens * input_tokens + steps * input_tokens + steps * (steps + 1) // 2
     return 2.0 * matmul * tokens + 4.0 * layers * hidden * context
