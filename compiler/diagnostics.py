@@ -111,7 +111,10 @@ class BenchError(Exception):
         if isinstance(diagnostics, Diagnostic):
             diagnostics = [diagnostics]
         self.diagnostics: tuple[Diagnostic, ...] = tuple(unique(diagnostics))
-        super().__init__(format_diagnostics(self.diagnostics, color=False))
+        super().__init__(self.diagnostics)
+
+    def __str__(self) -> str:  # formatted when shown, not when raised (thousands may be raised)
+        return format_diagnostics(self.diagnostics, color=False)
 
 
 def error(message: str, span: Span | None, hint: str | None = None, **kwargs) -> BenchError:

@@ -116,3 +116,30 @@ def test_decode_flops_are_a_closed_form_equal_to_the_sum_over_tokens():
     started = time.monotonic()
     llama_generate_flops(**shape, input_tokens=4_194_304, output_tokens=4_194_304)
     assert time.monotonic() - started < 0.1
+
+
+def _scaling_shapes():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("input_scaling", REPO / "benchmarks" / "input_scaling.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.SHAPES
+
+
+def test_a_spec_of_almost_1_mib_of_each_shape_is_checked_quickly_with_located_errors(tmp_path):
+    """The shapes of benchmarks/input_scaling.py (dotted keys, unknown keys and blocks,
+    semicolons, duplicate settings, nesting, a huge comment), each just under the file limit."""
+    from benchc.diagnostics import BenchError
+    from benchc.pipeline import plan_spec
+
+    for name, make in _scaling_shapes().items():
+        path = tmp_path / "big.bench"
+        path.write_text(make(1024 * 1024 - 64))
+        started = time.monotonic()
+        try:
+            plan_spec(path)
+        except BenchError as exc:
+            assert all(d.span is not None and d.span.line >= 1 for d in exc.diagnostics), name
+        elapsed = time.monotonic() - started
+        assert elapsed < 10, (name, elapsed)  # 2 s on a quiet machine: benchmarks/README.md

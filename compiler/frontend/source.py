@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -10,6 +11,7 @@ from ..diagnostics import Source, Span, error
 
 MAX_SPEC_BYTES = 1024 * 1024  # a spec is a page of settings; 1 MiB is generous
 MAX_NESTING = 64  # brackets and braces; deeper input is refused before parsing
+MAX_TOKENS = 20_000  # words, numbers, strings and punctuation; the largest reference spec holds 154
 
 
 def display_name(path: Path) -> str:
@@ -88,33 +90,36 @@ def decode_source(raw: bytes, name: str) -> Source:
     return source
 
 
+# One pass over the text at C speed: strings, comments, brackets, words and other characters.
+_LEXEME = re.compile(r'"(?:[^"\\\n]|\\.)*"?|#[^\n]*|//[^\n]*|[A-Za-z0-9_]+|\S')
+
+
 def _check_nesting(source: Source) -> None:
-    """Refuse absurd nesting before the parser and transformer recurse into it."""
-    depth = 0
-    in_string = escaped = in_comment = False
-    text = source.text
-    for offset, char in enumerate(text):
-        if in_comment:
-            in_comment = char != "\n"
-        elif in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char in '"\n':
-                in_string = False
-        elif char == '"':
-            in_string = True
-        elif char == "#" or (char == "/" and text.startswith("//", offset)):
-            in_comment = True
-        elif char in "[{(":
+    """Refuse absurd nesting, and more tokens than any spec holds, before the parser and
+    the transformer spend time on them (linear, and cheap next to parsing)."""
+    depth = tokens = 0
+    for match in _LEXEME.finditer(source.text):
+        lexeme = match.group()
+        first = lexeme[0]
+        if first == "#" or lexeme.startswith("//"):
+            continue
+        tokens += 1
+        if tokens > MAX_TOKENS:
+            line, column = source.position(match.start())
+            raise error(
+                f"more than {MAX_TOKENS:,} tokens in '{source.name}'",
+                Span.point(source, line, column),
+                hint="a spec is a page of settings (a reference spec has a few hundred tokens); "
+                "is this file generated?",
+            )
+        if first in "[{(":
             depth += 1
             if depth > MAX_NESTING:
-                line, column = source.position(offset)
+                line, column = source.position(match.start())
                 raise error(
                     f"nesting deeper than {MAX_NESTING} levels",
                     Span.point(source, line, column),
                     hint="a spec needs a few levels of blocks and lists; is this file generated?",
                 )
-        elif char in "]})":
+        elif first in "]})":
             depth = max(0, depth - 1)
