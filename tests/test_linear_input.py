@@ -143,3 +143,23 @@ def test_a_spec_of_almost_1_mib_of_each_shape_is_checked_quickly_with_located_er
             assert all(d.span is not None and d.span.line >= 1 for d in exc.diagnostics), name
         elapsed = time.monotonic() - started
         assert elapsed < 10, (name, elapsed)  # 2 s on a quiet machine: benchmarks/README.md
+
+
+def test_a_keyword_cannot_name_an_experiment(tmp_path):
+    for keyword in ("experiment", "include", "sweep", "true", "false"):
+        path = tmp_path / "kw.bench"
+        path.write_text(f"experiment {keyword} {{\n  model mmdit {{ depth = 2 }}\n  targets = [cpu]\n}}\n")
+        proc = benchc("check", str(path))
+        assert proc.returncode == 2 and "kw.bench:1:12:" in proc.stderr, (keyword, proc.stderr)
+        assert "Traceback" not in proc.stderr
+
+
+def test_a_dotted_key_of_100000_parts_is_refused_at_once(tmp_path):
+    path = tmp_path / "dot.bench"
+    for parts, words in ((100_000, "tokens"), (9_000, "keys have at most 16")):
+        path.write_text("experiment e {\n  " + ".".join(["a"] * parts) + " = 1\n}\n")
+        started = time.monotonic()
+        proc = benchc("check", str(path))
+        assert proc.returncode == 2 and "dot.bench:2:" in proc.stderr, proc.stderr[:500]
+        assert words in proc.stderr, proc.stderr[:500]
+        assert time.monotonic() - started < 20  # 5 minutes and 23 GB before
