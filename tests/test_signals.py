@@ -6,6 +6,7 @@ was re-parented) and record the run as interrupted or terminated, never running.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -71,3 +72,44 @@ def test_a_signal_at_any_moment_ends_everything_and_is_recorded(point, tmp_path,
             continue
         assert returncode == code, (trial, returncode, record.status, record.cause)
         assert record.status == status and record.ended_at is not None, record
+
+
+@pytest.fixture(scope="module")
+def one_process_point(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("sigterm")
+    result = run_cli("compile", "specs/sd3.bench", "--smoke", "--set", "cluster.nodes=1",
+                     "--set", "cluster.devices_per_node=1", "--set", "parallel.data=1",
+                     "--set", "train.batch=16", "-o", str(out), cwd=REPO)  # fmt: skip
+    assert result.code == 0, result.err
+    return out / "sd3_mmdit_train/cpu/default-smoke"
+
+
+@pytest.mark.parametrize("job_end, status", [(None, "cancelled"), ("past", "timeout")])
+def test_the_generated_program_records_sigterm_with_the_step_it_reached(one_process_point, tmp_path,
+                                                                        job_end, status):  # fmt: skip
+    """Slurm's cancel and time limit both send SIGTERM to the ranks: the program itself writes
+    metrics saying which (job.sbatch exports the job's end time) and how far it got."""
+    plan = json.loads((one_process_point / "manifest.json").read_text())["plan"]
+    assert plan["workload"]["steps"] == 5
+    bench = one_process_point / "bench.py"
+    slow = tmp_path / "bench.py"  # the same program with more steps, so the signal lands mid-run
+    slow.write_text(bench.read_text().replace('"steps": 5,', '"steps": 400,', 1))
+    assert slow.read_text() != bench.read_text()
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    if job_end == "past":
+        env["BENCHC_JOB_END_TIME"] = str(int(time.time()) - 5)
+    metrics = tmp_path / "metrics.json"
+    command = [sys.executable, str(slow), "--metrics", str(metrics)]
+    program = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, env=env)  # fmt: skip
+    for line in program.stdout:
+        if line.startswith("step 4/"):
+            break
+    program.send_signal(signal.SIGTERM)
+    program.stdout.read()
+    assert program.wait(timeout=60) == 128 + signal.SIGTERM
+    written = json.loads(metrics.read_text())
+    assert written["status"] == status, written.get("error")
+    assert written["error"]["type"] == "Stopped" and "SIGTERM" in written["error"]["message"]
+    assert written["progress"]["of"] == 400 and 4 <= written["progress"]["step"] < 400
+    assert written["ended_at"]

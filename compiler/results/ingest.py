@@ -42,7 +42,8 @@ def job_series(metrics: dict) -> str | None:
 
 def outcome(metrics: dict) -> tuple[str, str | None]:
     """(status, cause) from what the program recorded."""
-    status = metrics["status"] if metrics["status"] in ("ok", "failed", "interrupted", "cancelled", "timeout") else "failed"
+    known = ("ok", "failed", "interrupted", "cancelled", "timeout")
+    status = metrics["status"] if metrics["status"] in known else "failed"
     error = metrics.get("error") or {}
     cause = f"{error.get('type')}: {error.get('message')}" if error else None
     return status, cause

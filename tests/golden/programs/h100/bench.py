@@ -331,6 +331,22 @@ def scheduler_job():
     }
 
 
+class Stopped(Exception):
+    """The program received SIGTERM; `status` says whether the job's time limit had come."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        # job.sbatch sets the job's end (its time limit) in Unix time
+        ends = os.environ.get("BENCHC_JOB_END_TIME", "")
+        limit_reached = ends.isdigit() and time.time() >= int(ends) - 60
+        self.status = "timeout" if limit_reached else "cancelled"
+        super().__init__(f"received {signal.Signals(signum).name} ({self.status})")
+
+
+def stop_on_signal(signum, frame):
+    raise Stopped(signum)
+
+
 def write_json(path: str, payload: dict) -> None:
     """Write atomically: a reader sees the old file or the whole new one, never half."""
     folder = os.path.dirname(os.path.abspath(path))
@@ -506,6 +522,8 @@ def train(metrics: dict, started: float) -> None:
     metrics["startup_s"] = time.perf_counter() - started
     step_times, losses = [], []
     for index in range(run["steps"]):
+        # the step running now: the metrics written on SIGTERM say where the run stopped
+        metrics["progress"] = {"step": index + 1, "of": run["steps"]}
         if index == run["warmup"]:
             device.reset_peak_memory()
         device.synchronize()
@@ -576,10 +594,18 @@ def main(argv=None) -> int:
         "error": None,
     }
     rank = int(os.environ.get("RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0")))
-    # A launcher stops the other ranks with SIGTERM when one fails: record that too.
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    # SIGTERM: a scheduler's cancel or time limit, or a launcher stopping the other ranks
+    # when one fails. Recorded as cancelled (or timeout) with the step reached, then exit.
+    signal.signal(signal.SIGTERM, stop_on_signal)
     try:
         train(metrics, started)
+    except Stopped as stopped:
+        metrics["status"] = stopped.status
+        metrics["error"] = {"type": "Stopped", "message": str(stopped), "rank": rank}
+        metrics["ended_at"] = utc_now()
+        stem, suffix = os.path.splitext(args.metrics)
+        write_json(args.metrics if rank == 0 else f"{stem}.rank{rank}{suffix}", metrics)
+        return 128 + stopped.signum
     except BaseException as error:  # recorded, then re-raised for the launcher to see
         metrics["error"] = {
             "type": type(error).__name__,
