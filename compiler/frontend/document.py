@@ -271,11 +271,12 @@ class _Builder:
     def add_entry(self, entry, prefix: Path_, pass_id: int) -> None:
         if isinstance(entry, ast.Assignment):
             path = prefix + entry.key.parts
+            was_value = path in self.set_in  # a call (`adamw(...)`) is a value, though held as a dict
             self._claim(path, entry.key.span, pass_id, entry.key.dotted)
             self._make_parents(path[:-1], entry.key.span)
             parent = self._node(path[:-1])
             existing = parent.get(path[-1])
-            if isinstance(existing, dict):
+            if isinstance(existing, dict) and not was_value:
                 raise error(
                     f"'{'.'.join(path)}' is a block; it cannot also be set to a value",
                     entry.key.span,
@@ -336,11 +337,15 @@ class _Builder:
                 here = path[: depth + 1]
                 value_span = block.span if block is not None else span
                 self.document.origins[here] = Origin(span, value_span)
-            elif not isinstance(child, dict):
+            elif not isinstance(child, dict) or path[: depth + 1] in self.set_in:  # or a call
                 raise error(
                     f"'{'.'.join(path[: depth + 1])}' is a value; it cannot also be a block",
                     span,
                     notes=(Note("set here", self.document.span_of(path[: depth + 1])),),
+                    hint="a call such as adamw(lr = 1e-4) is one value: set it again whole, "
+                    f"e.g. {'.'.join(path[: depth + 1])} = adamw(lr = 3e-4)"
+                    if isinstance(child, dict)
+                    else None,
                 )
             node = child
 

@@ -56,8 +56,16 @@ def parse_override(text: str, index: int = 1) -> Override:
             assignment.key.span,
             hint="--set changes settings such as train.batch; combine it with --target for one target",
         )
-    if assignment.key.parts == ("targets",) and not isinstance(assignment.value, ast.ListValue):
-        raise error("--set targets takes a list, e.g. targets=[h100]", assignment.value.span)
+    if assignment.key.parts == ("targets",):
+        if not isinstance(assignment.value, ast.ListValue):
+            raise error("--set targets takes a list, e.g. targets=[h100]", assignment.value.span)
+        for item in assignment.value.items:
+            if not isinstance(item, (ast.Name, ast.String)):  # a list or a call: unhashable
+                raise error(
+                    "--set targets takes a list of target names",
+                    item.span,
+                    hint="e.g. --set targets=[h100, cpu] (`benchc targets` lists them)",
+                )
     return Override(
         assignment.key.parts, ast.plain(assignment.value), assignment.value, assignment.key.span,
         text,

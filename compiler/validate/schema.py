@@ -28,9 +28,32 @@ def schema() -> dict:
     return json.loads(text)
 
 
+def _identity(value: object) -> object:
+    """A hashable key equal for values JSON Schema calls equal (1 and 1.0; not true and 1)."""
+    if isinstance(value, bool) or value is None:
+        return ("literal", value)
+    if isinstance(value, (int, float)):
+        return ("number", value)
+    if isinstance(value, list):
+        return ("list", tuple(_identity(item) for item in value))
+    if isinstance(value, dict):
+        return ("object", frozenset((key, _identity(item)) for key, item in value.items()))
+    return ("string", value)
+
+
+def _unique_items(validator, unique, instance, schema):
+    """uniqueItems in linear time: jsonschema's own compares every pair of a list it cannot
+    sort (numbers mixed with names): 9,000 such targets took 14 s."""
+    if unique and validator.is_type(instance, "array"):
+        keys = [_identity(item) for item in instance]
+        if len(set(keys)) != len(keys):
+            yield ValidationError(f"{instance!r} has non-unique elements")
+
+
 @lru_cache(maxsize=1)
 def _validator() -> jsonschema.Draft202012Validator:
-    return jsonschema.Draft202012Validator(schema())
+    checker = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"uniqueItems": _unique_items})
+    return checker(schema())
 
 
 def setting_names(path: tuple[str, ...]) -> list[str] | None:
