@@ -21,7 +21,7 @@ from .diagnostics import BenchError, format_diagnostics
 from .runner.processes import Terminated
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USER = 0, 1, 2
-GROUPS = ("build", "results", "cluster")  # compiler/commands/<group>.py
+GROUPS = ("build", "results", "cluster", "format", "estimate")  # compiler/commands/<group>.py
 
 
 class _Parser(argparse.ArgumentParser):

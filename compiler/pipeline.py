@@ -17,6 +17,7 @@ from .plan.lower import build, resolve
 from .plan.smoke import shrink
 from .plan.types import Plan
 from .plan.variants import MAX_POINTS, Override, expand, parse_override
+from .validate.fits import check_fits
 from .validate.schema import validate_settings
 from .validate.semantic import check_names, check_plan
 
@@ -27,6 +28,7 @@ class PlanSet:
     targets: tuple[str, ...]
     plans: tuple[Plan, ...]
     notes: tuple[str, ...] = ()  # what the user should know: settings --smoke replaced
+    warnings: tuple[Diagnostic, ...] = ()  # located, severity "warning": points that will not fit
 
     @property
     def points(self) -> tuple[str, ...]:
@@ -97,7 +99,7 @@ def plan_spec(
     if not chosen:
         spec_targets = set_targets[-1].value if set_targets else document.get(("targets",))
         chosen = ["cpu"] if smoke else list(spec_targets)
-    plans, notes = [], []
+    plans, notes, warnings = [], [], []
     for variant in expand(document, chosen, parsed, max_points):
         settings = variant.settings
         found = validate_settings(settings.values, settings.span)
@@ -121,9 +123,10 @@ def plan_spec(
         problems += found
         if not found:
             plans.append(plan)
+            warnings += check_fits(plan, resolved)
     if problems:
         raise BenchError(problems)
-    return PlanSet(document, tuple(chosen), tuple(plans), tuple(dict.fromkeys(notes)))
+    return PlanSet(document, tuple(chosen), tuple(plans), tuple(dict.fromkeys(notes)), tuple(warnings))
 
 
 _SECTIONS = {"train": "workload", "infer": "workload", "model": "model", "cluster": "cluster",

@@ -1,8 +1,13 @@
 """The target table: one record of facts per device a spec can target. Data, not if-chains.
 
 Peak figures are dense (no sparsity) TFLOP/s per device, from the vendors' datasheets.
+Interconnect figures are GB/s per device *per direction* (a full-duplex link moves this much
+each way at once; vendors often quote the sum of both directions): scale-up between the
+devices of one node, scale-out from a device to other nodes. Each target states where they come
+from in `interconnect_source`; a scale-out figure is a node design choice (NICs per node), so
+it is that of the vendor's reference node, said as "assumed typical node".
 A fact we do not know is None and stays None: MFU for such a target is reported as null,
-never computed from another device's numbers.
+never computed from another device's numbers, and no bound is drawn from it.
 """
 
 from __future__ import annotations
@@ -34,6 +39,9 @@ class Target:
     facts_source: str = field(
         default="vendor datasheets: dense (no sparsity) peaks; memory and HBM bandwidth as published"
     )
+    scale_up_gb_s: float | None = None  # per device, per direction, to the devices of its node
+    scale_out_gb_s: float | None = None  # per device, per direction, to other nodes
+    interconnect_source: str = "unknown: no interconnect bound is drawn"
 
     def peak_flops(self, precision: str) -> float | None:
         tflops = self.peak_tflops.get(precision)
@@ -95,6 +103,14 @@ _GAUDI2 = Target(
     launchers=_GAUDI_LAUNCHERS,
     graphs="HPU graphs (habana_frameworks wrap_in_hpu_graph; optimum-habana's use_hpu_graphs)",
     no_graphs=None,
+    # 24 x 100 GbE RoCE v2 ports on the chip (2.4 Tb/s = 300 GB/s each way, 600 both ways);
+    # in Intel's HLS-Gaudi2 node 21 of them join the 8 cards all-to-all (3 to each peer) and 3
+    # go out of the node.
+    scale_up_gb_s=262.5,  # 21 x 100 Gb/s
+    scale_out_gb_s=37.5,  # 3 x 100 Gb/s
+    interconnect_source="Intel Gaudi 2 datasheet: 24 x 100 GbE RoCE ports per chip; HLS-Gaudi2 "
+    "reference node: 21 ports all-to-all inside the node (262.5 GB/s each way), 3 ports "
+    "(37.5 GB/s each way) out of it, assumed typical node",
 )
 
 _H100 = Target(
@@ -114,6 +130,11 @@ _H100 = Target(
     launchers=_CUDA_LAUNCHERS,
     graphs=_CUDA_GRAPHS,
     no_graphs=None,
+    scale_up_gb_s=450.0,  # NVLink 4: 18 links, 900 GB/s both ways
+    scale_out_gb_s=50.0,  # one 400 Gb/s NIC per GPU
+    interconnect_source="NVIDIA H100 SXM datasheet: NVLink 900 GB/s (both ways; 450 each way); "
+    "scale-out: DGX H100 / HGX reference node, 8 x 400 Gb/s ConnectX-7 InfiniBand, one per GPU "
+    "(50 GB/s each way), assumed typical node",
 )
 
 
@@ -129,6 +150,11 @@ TARGETS: dict[str, Target] = {
             peak_tflops={"fp32": None, "bf16": 1835.0, "fp16": 1835.0, "fp8": 1835.0},
             memory_gb=128,
             hbm_tb_s=3.67,
+            scale_up_gb_s=525.0,  # 21 x 200 Gb/s
+            scale_out_gb_s=75.0,  # 3 x 200 Gb/s
+            interconnect_source="Intel Gaudi 3 white paper: 24 x 200 GbE RoCE ports per chip; "
+            "HLS-Gaudi3 reference node: 21 ports all-to-all inside the node (525 GB/s each way), "
+            "3 ports (75 GB/s each way) out of it, assumed typical node",
         ),
         Target(
             name="a100",
@@ -149,10 +175,24 @@ TARGETS: dict[str, Target] = {
             launchers=_CUDA_LAUNCHERS,
             graphs=_CUDA_GRAPHS,
             no_graphs=None,
+            scale_up_gb_s=300.0,  # NVLink 3: 12 links, 600 GB/s both ways
+            scale_out_gb_s=25.0,  # one 200 Gb/s NIC per GPU
+            interconnect_source="NVIDIA A100 datasheet: NVLink 600 GB/s (both ways; 300 each "
+            "way); scale-out: DGX A100 reference node, 8 x 200 Gb/s HDR InfiniBand, one per GPU "
+            "(25 GB/s each way), assumed typical node",
         ),
         _H100,
         # Same chip and software as the H100; more and faster memory.
-        replace(_H100, name="h200", device_name="NVIDIA H200 (SXM)", memory_gb=141, hbm_tb_s=4.8),
+        replace(
+            _H100,
+            name="h200",
+            device_name="NVIDIA H200 (SXM)",
+            memory_gb=141,
+            hbm_tb_s=4.8,
+            interconnect_source="NVIDIA H200 SXM datasheet: NVLink 900 GB/s (both ways; 450 each "
+            "way); scale-out: DGX H200 reference node, 8 x 400 Gb/s ConnectX-7, one per GPU "
+            "(50 GB/s each way), assumed typical node",
+        ),
         Target(
             name="cpu",
             family="cpu",
@@ -173,6 +213,8 @@ TARGETS: dict[str, Target] = {
             graphs=None,
             no_graphs="the CPU has no graph replay; write `on cpu { infer.graphs = false }`",
             facts_source="no peak figures: MFU is not reported for cpu",
+            interconnect_source="no figures: the host's processes talk through shared memory or "
+            "the network, which benchc does not know",
         ),
     )
 }

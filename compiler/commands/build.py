@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from ..diagnostics import BenchError, format_diagnostics
@@ -16,6 +17,9 @@ def add_parsers(commands, variant_options) -> None:
     check_ = commands.add_parser("check", help="validate specs; report every error with its location")
     check_.add_argument("specs", nargs="+", metavar="SPEC")
     variant_options(check_)
+    check_.add_argument(
+        "--strict", action="store_true", help="treat warnings (a point that will not fit in memory) as errors"
+    )
 
     plan_ = commands.add_parser("plan", help="show the resolved plan per target and sweep point")
     plan_.add_argument("spec", metavar="SPEC")
@@ -63,6 +67,12 @@ def check(args) -> int:
             failed = True  # before printing: a reader that leaves early changes no status
             emit(sys.stderr, format_diagnostics(exc.diagnostics))
             continue
+        if result.warnings and args.strict:
+            failed = True
+            emit(sys.stderr, format_diagnostics([replace(w, severity="error") for w in result.warnings]))
+            continue
+        if result.warnings:
+            emit(sys.stderr, format_diagnostics(result.warnings))
         targets = len(result.targets)
         points = len(result.points)
         emit(

@@ -1,0 +1,293 @@
+"""Lower bounds on the time of one plan's timed unit, hence upper bounds on its throughput. No torch.
+
+One job: for a training step, an SD3 pipeline call, or an LLM prefill and decode, the least
+time each resource needs — the device's dense peak FLOP/s for the FLOPs (plan/flops.py), its
+HBM bandwidth for the bytes that must be read or written, and the interconnect (the target's
+scale-up and scale-out GB/s per device) for the bytes collectives must move — which of them
+binds, what that allows in the spec's metric, and what a published reference implies against
+it. A bound from a figure the target table does not know is None, never guessed. Each bound
+leaves work out (it is a floor, not a prediction): docs/estimate.md lists what and why.
+
+Collectives: a group of n nodes x g devices per node runs the bandwidth-optimal
+hierarchical algorithm; per device, an all-reduce (k = 2) or an all-gather/reduce-scatter
+(k = 1) of S bytes moves k (g - 1)/g S over scale-up and k (n - 1)/n S/g over scale-out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..report.headline import METRICS as HEADLINES
+from ..report.headline import normal_unit, sig
+from .flops import llama_generate_flops
+from .memory import BYTES, FP32, effective_sharding, local_weights, optimizer_states, parameters
+from .types import InferWorkload, LlamaModel, Plan
+
+UNITS = {"images_per_s": "images/s", "tokens_per_s": "tokens/s", "output_tokens_per_s": "output tokens/s",
+         "s_per_image": "s/image", "ttft_s": "s", "tpot_s": "s"}  # fmt: skip
+RECOMPUTE = 4 / 3  # activation checkpointing runs the forward again: 4 passes' FLOPs, not 3
+
+
+@dataclass(frozen=True)
+class Bound:
+    name: str  # compute | memory | interconnect
+    seconds: float | None  # None: the target lacks the figure
+    detail: str  # the arithmetic
+
+
+@dataclass(frozen=True)
+class Phase:
+    name: str  # step | call | prefill | decode
+    bounds: tuple[Bound, ...]
+
+    @property
+    def binding(self) -> Bound | None:
+        known = [b for b in self.bounds if b.seconds is not None]
+        return max(known, key=lambda b: b.seconds) if known else None
+
+    @property
+    def seconds(self) -> float | None:
+        return None if self.binding is None else self.binding.seconds
+
+
+@dataclass(frozen=True)
+class Roofline:
+    phases: tuple[Phase, ...]
+    metric: str
+    unit: str
+    lower_is_better: bool
+    best: float | None  # the metric's best possible value for the job (None: no bound)
+    world: int
+    flops_per_item: float  # model FLOPs per unit of the metric's work (image, token, sequence)
+    items_per_unit: str  # what that unit is
+
+    @property
+    def seconds(self) -> float | None:
+        times = [p.seconds for p in self.phases]
+        return None if any(t is None for t in times) else sum(times)
+
+
+def _gb(value: float) -> str:
+    """Decimal units: GB, or MB/kB for a smoke model."""
+    for scale, unit in ((1e9, "GB"), (1e6, "MB"), (1e3, "kB")):
+        if abs(value) >= scale or unit == "kB":
+            return f"{value / scale:,.1f} {unit}"
+
+
+def _compute(plan: Plan, flops: float, what: str) -> Bound:
+    peak = plan.target.peak_flops(plan.workload.precision)
+    if peak is None:
+        return Bound(
+            "compute", None, f"{flops:.3e} FLOPs; no {plan.workload.precision} peak for {plan.target.name}"
+        )
+    return Bound("compute", flops / peak, f"{flops:.3e} FLOPs ({what}) / {peak / 1e12:g} TFLOP/s "
+                 f"{plan.workload.precision} peak")  # fmt: skip
+
+
+def _memory(plan: Plan, nbytes: float, what: str) -> Bound:
+    bandwidth = plan.target.hbm_tb_s
+    if bandwidth is None:
+        return Bound("memory", None, f"{_gb(nbytes)} ({what}); no HBM bandwidth for {plan.target.name}")
+    return Bound("memory", nbytes / (bandwidth * 1e12), f"{_gb(nbytes)} ({what}) / {bandwidth:g} TB/s HBM")
+
+
+def _interconnect(plan: Plan, collectives: list[tuple[str, float, int, float]]) -> Bound | None:
+    """collectives: (what, bytes S, k, count) over a group of all nodes x devices_per_node."""
+    n, g = plan.cluster.nodes, plan.cluster.devices_per_node
+    up = sum(count * k * (g - 1) / g * size for _, size, k, count in collectives)
+    out = sum(count * k * (n - 1) / n * size / g for _, size, k, count in collectives)
+    if not up and not out:
+        return None
+    t = plan.target
+    what = " + ".join(f"{count:g} x {name}" for name, _, _, count in collectives)
+    times, parts = [], []
+    for volume, bandwidth, link in ((up, t.scale_up_gb_s, "scale-up"), (out, t.scale_out_gb_s, "scale-out")):
+        if not volume:
+            continue
+        if bandwidth is None:
+            return Bound("interconnect", None, f"{what}: {_gb(volume)} per device over {link}, "
+                         f"whose bandwidth {t.name} does not state")  # fmt: skip
+        times.append(volume / (bandwidth * 1e9))
+        parts.append(f"{_gb(volume)} / {bandwidth:g} GB/s {link}")
+    return Bound("interconnect", max(times), f"{what}: " + ", ".join(parts) + " per device")
+
+
+def _training(plan: Plan) -> Phase:
+    w, p = plan.workload, plan.cost.params
+    b, n, world = BYTES[w.precision], plan.parallel.data, plan.cluster.world_size
+    checkpointing = plan.parallel.activation_checkpointing
+    flops = plan.cost.train_flops_per_sample * w.global_batch / world * (RECOMPUTE if checkpointing else 1)
+    what = f"global batch {w.global_batch} / {world} devices" + (", x 4/3 recompute" if checkpointing else "")
+    bounds = [_compute(plan, flops, what)]
+    sharding = effective_sharding(plan)
+    passes = 3 if checkpointing else 2
+    states = optimizer_states(plan)
+    local = p / n if sharding != "none" else p
+    traffic = w.grad_accum * (passes + 1) * b * p + local * (12 + 8 * states)
+    shard = " / N" if local < p else ""
+    what = f"{w.grad_accum} x ({passes} weight reads + 1 gradient write) x {b} B x P"
+    bounds.append(_memory(plan, traffic, f"{what}, + optimizer {12 + 8 * states} B x P{shard}"))
+    collectives = []
+    if world > 1 and sharding == "none":
+        collectives = [("all-reduce of fp32 gradients", FP32 * p, 2, 1)]
+    elif world > 1 and sharding == "fsdp":
+        collectives = [(f"all-gather of {b}-byte weights", b * p, 1, 2 * w.grad_accum),
+                       ("reduce-scatter of fp32 gradients", FP32 * p, 1, 1)]  # fmt: skip
+    elif world > 1:  # DeepSpeed ZeRO: 16-bit gradients and weights
+        stage = int(sharding.removeprefix("zero"))
+        reduces = w.grad_accum if stage >= 2 else 1
+        collectives = [(f"reduce-scatter of {b}-byte gradients", b * p, 1, reduces)]
+        if stage == 3:
+            collectives.append((f"all-gather of {b}-byte weights", b * p, 1, 2 * w.grad_accum))
+        else:
+            collectives.append((f"all-gather of updated {b}-byte weights", b * p, 1, 1))
+    link = _interconnect(plan, collectives)
+    return Phase("step", tuple(bounds + ([link] if link else [])))
+
+
+def _generation(plan: Plan) -> tuple[Phase, ...]:
+    m, w, t = plan.model, plan.workload, plan.parallel.tensor
+    b, batch, ins, outs = BYTES[w.precision], w.batch, w.input_tokens, w.output_tokens
+    shape = (m.hidden, m.layers, m.heads, m.kv_heads, m.intermediate, m.vocab)
+    prefill_flops = llama_generate_flops(*shape, ins, 1)
+    decode_flops = plan.cost.forward_flops_per_sample - prefill_flops
+    weights = b * local_weights(plan)
+    per_token = 2 * m.layers * m.kv_heads / t * m.head_dim * b  # keys and values, this device
+    split = f" / tensor {t}" if t > 1 else ""
+
+    def tensor_parallel(tokens: int) -> list[Bound]:
+        if t == 1:
+            return []
+        size = batch * tokens * m.hidden * b
+        link = _interconnect(
+            plan, [(f"all-reduce of {tokens} tokens x batch x h x b", size, 2, 2 * m.layers)]
+        )
+        return [link] if link else []
+
+    prefill = Phase("prefill", (
+        _compute(plan, batch * prefill_flops / t, f"batch {batch} x {ins} input tokens{split}"),
+        _memory(plan, weights + batch * ins * per_token, "the weights once, the input's KV cache written"),
+        *tensor_parallel(ins),
+    ))  # fmt: skip
+    steps = outs - 1
+    if steps < 1:
+        return (prefill,)
+    context = steps * ins + steps * (steps + 1) // 2  # tokens attended over the decode steps
+    decode = Phase("decode", (
+        _compute(plan, batch * decode_flops / t, f"batch {batch} x {steps} decode steps{split}"),
+        _memory(plan, steps * weights + batch * (context + steps) * per_token,
+                f"{steps} steps x weights {_gb(weights)}, + the KV cache read and written"),
+        *tensor_parallel(steps),
+    ))  # fmt: skip
+    return prefill, decode
+
+
+def _pipeline(plan: Plan) -> Phase:
+    w = plan.workload
+    b = BYTES[w.precision]
+    counts = parameters(plan)
+    encoders = sum(v for k, v in counts.items() if k not in ("transformer", "vae"))
+    nbytes = b * (counts["transformer"] * w.denoising_steps + encoders)
+    return Phase("call", (
+        _compute(plan, plan.cost.forward_flops_per_sample * w.batch,
+                 f"batch {w.batch} x {w.denoising_steps} steps x {2 if w.classifier_free_guidance else 1} "
+                 "MMDiT passes (CFG)"),
+        _memory(plan, nbytes, f"MMDiT weights x {w.denoising_steps} steps + text encoders once"),
+    ))  # fmt: skip
+
+
+def roofline(plan: Plan) -> Roofline:
+    w, metric, world = plan.workload, plan.measure.metric, plan.cluster.world_size
+    lower = HEADLINES[metric].lower_is_better
+    if not isinstance(w, InferWorkload):
+        phases = (_training(plan),)
+        tokens = w.seq_len if isinstance(plan.model, LlamaModel) else 1
+        items, per = w.global_batch * tokens, plan.cost.train_flops_per_sample / tokens
+        label = "token" if tokens > 1 else "image"
+    elif isinstance(plan.model, LlamaModel):
+        phases = _generation(plan)
+        items, label = w.batch * w.output_tokens, "output token"
+        per = plan.cost.forward_flops_per_sample / w.output_tokens  # the sequence's, over its outputs
+    else:
+        phases = (_pipeline(plan),)
+        items, per, label = w.batch, plan.cost.forward_flops_per_sample, "image"
+    seconds = [p.seconds for p in phases]
+    best = None
+    if all(s is not None for s in seconds) and sum(seconds) > 0:
+        total = sum(seconds)
+        best = {"s_per_image": total / max(items, 1), "ttft_s": seconds[0],
+                "tpot_s": seconds[-1] / max(w.output_tokens - 1, 1) if len(phases) > 1 else None,
+                }.get(metric, items / total)  # fmt: skip
+    return Roofline(phases, metric, UNITS[metric], lower, best, world, per, label)
+
+
+# ------------------------------------------------------------------ references
+
+
+@dataclass(frozen=True)
+class Verdict:
+    label: str
+    value: float
+    unit: str
+    per_device: bool
+    mfu: float | None  # the model FLOPs utilisation the figure implies
+    of_bound: float | None  # the figure over its roofline (<= 1: possible)
+    bandwidth_share: float | None  # generation: the figure over the memory-bound throughput
+    impossible: bool
+    arithmetic: str
+
+
+def judge(plan: Plan, line: Roofline, ref) -> Verdict:
+    """What a published figure implies under this plan: MFU, its share of the roofline, and
+    whether it beats the roofline (impossible under the stated configuration)."""
+    unit = normal_unit(ref.unit)
+    per_device = unit.endswith(" per device")
+    base = unit.removesuffix(" per device")
+    if base != normal_unit(line.unit) or ref.value <= 0:
+        return Verdict(ref.label, ref.value, ref.unit, per_device, None, None, None, False,
+                       f'unit "{ref.unit}" is not the metric\'s {line.unit}: not judged')  # fmt: skip
+    world = line.world
+    job = ref.value * world if per_device else ref.value
+    if line.unit == "s/image":
+        rate = 1.0 / job  # images per second
+    elif line.metric in ("ttft_s", "tpot_s"):
+        rate = None
+    else:
+        rate = job
+    peak = plan.target.peak_flops(plan.workload.precision)
+    mfu = None if rate is None or peak is None else rate * line.flops_per_item / world / peak
+    text = [f"{ref.value:g} {ref.unit}" + (f" x {world} devices = {sig(job)} {base}" if per_device else "")]
+    if line.unit == "s/image":
+        text[-1] += f" = {sig(rate)} images/s"
+    if rate is not None:
+        achieved = rate * line.flops_per_item / world
+        devices = f" / {world} devices" if world > 1 else ""
+        joint = "; " if per_device or line.unit == "s/image" else " "
+        text[-1] += (f"{joint}x {line.flops_per_item:.3e} FLOPs per {line.items_per_unit}{devices} = "
+                     f"{sig(achieved / 1e12)} TFLOP/s per device")  # fmt: skip
+        if peak is not None:
+            text[-1] += f", {mfu:.0%} of the {peak / 1e12:g} TFLOP/s peak (MFU)"
+    of_bound, impossible = None, False
+    if line.best is not None:
+        of_bound = line.best / job if line.lower_is_better else job / line.best
+        impossible = of_bound > 1.0 + 1e-9
+        shown = line.best / world if per_device and not line.lower_is_better else line.best
+        text.append(f"the roofline allows at best {sig(shown)} {ref.unit} "
+                    f"({', '.join(p.name + ' ' + p.binding.name + '-bound' for p in line.phases)}): "
+                    + (f"the figure is {of_bound:.0%} of it" if not line.lower_is_better
+                       else f"the figure is {of_bound:.2f}x as fast as that" if impossible
+                       else f"the figure reaches {of_bound:.0%} of that speed"))  # fmt: skip
+    share = None
+    if isinstance(plan.model, LlamaModel) and isinstance(plan.workload, InferWorkload) and rate is not None:
+        floors = [next((b.seconds for b in p.bounds if b.name == "memory"), None) for p in line.phases]
+        if all(f is not None for f in floors):
+            share = job / (plan.workload.batch * plan.workload.output_tokens / sum(floors))
+            text.append(f"{share:.0%} of the throughput the HBM bandwidth alone allows")
+    if impossible:
+        text.append(
+            "impossible under the stated configuration: the published run must differ "
+            "(fewer passes, more devices, another model or precision)"
+        )
+    return Verdict(
+        ref.label, ref.value, ref.unit, per_device, mfu, of_bound, share, impossible, "; ".join(text)
+    )

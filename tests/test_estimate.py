@@ -1,0 +1,339 @@
+"""The pre-flight estimator: parameters and memory against real models built on the meta device,
+the roofline's arithmetic on hand-computed cases, `benchc estimate` on every reference spec
+(snapshots), references beyond their roofline flagged, and `check` on a point that cannot fit.
+
+Regenerate the snapshots after an intended change with BENCHC_UPDATE_GOLDEN=1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import pytest
+
+from benchc.catalog.targets import TARGETS
+from benchc.pipeline import plan_spec
+from benchc.plan.memory import estimate_memory, kv_cache, parameters
+from benchc.plan.roofline import roofline
+
+from conftest import GOLDEN, REPO, SPECS, heavy_modules_imported_by, run_cli
+
+GOLDEN_DIR = GOLDEN / "estimate"
+UPDATE = os.environ.get("BENCHC_UPDATE_GOLDEN") == "1"
+REFERENCE_SPECS = sorted(p.name for p in SPECS.glob("*.bench"))
+
+SMALL_LLAMA = dict(hidden=256, layers=4, heads=4, kv_heads=2, intermediate=512, vocab=1000)
+
+
+def _plan(spec, *overrides, target=None):
+    (plan,) = plan_spec(spec, [target] if target else [], overrides).plans
+    return plan
+
+
+def _size(tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def _llama_config(hidden, layers, heads, kv_heads, intermediate, vocab):
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
+        intermediate_size=intermediate, vocab_size=vocab,
+    )  # fmt: skip
+
+
+def _small_spec(write, workload: str) -> str:
+    model = "; ".join(f"{k} = {v}" for k, v in SMALL_LLAMA.items())
+    return str(
+        write(
+            "small.bench",
+            f"""experiment small {{
+  model llama {{ {model} }}
+  {workload}
+  cluster {{ nodes = 1; devices_per_node = 8 }}
+  targets = [h100]
+}}
+""",
+        )
+    )
+
+
+# ------------------------------------------------------------------ parameters
+
+
+@pytest.mark.parametrize("spec, depth", [("sd3.bench", 24), ("sd3-infer.bench", 38)])
+def test_mmdit_parameters_equal_diffusers_on_meta(spec, depth):
+    import torch
+    from diffusers import SD3Transformer2DModel
+
+    plan = (
+        _plan(SPECS / spec, target="gaudi2")
+        if spec == "sd3-infer.bench"
+        else plan_spec(SPECS / spec).plans[0]
+    )
+    with torch.device("meta"):
+        model = SD3Transformer2DModel(num_layers=depth, num_attention_heads=depth, attention_head_dim=64,
+                                      caption_projection_dim=64 * depth, pos_embed_max_size=192,
+                                      qk_norm="rms_norm" if depth == 38 else None)  # fmt: skip
+    assert parameters(plan)["transformer"] == sum(p.numel() for p in model.parameters())
+    if depth == 24:
+        assert plan.cost.params == 2_028_328_000
+
+
+def test_sd3_pipeline_parts_equal_transformers_and_diffusers_on_meta():
+    import torch
+    from diffusers import AutoencoderKL
+    from transformers import CLIPTextConfig, CLIPTextModelWithProjection, T5Config, T5EncoderModel
+
+    from benchc.catalog.sd3_components import FULL
+
+    counts = parameters(_plan(SPECS / "sd3-infer.bench", target="h100"))
+    with torch.device("meta"):
+        real = {
+            "clip_l": CLIPTextModelWithProjection(CLIPTextConfig(**FULL["clip_l"])),
+            "clip_g": CLIPTextModelWithProjection(CLIPTextConfig(**FULL["clip_g"])),
+            "t5": T5EncoderModel(T5Config(**FULL["t5"])),
+            "vae": AutoencoderKL(**FULL["vae"]),
+        }
+    for name, model in real.items():
+        assert counts[name] == sum(p.numel() for p in model.parameters()), name
+
+
+@pytest.mark.parametrize("preset", ["llama-2-7b", "llama-2-70b"])
+def test_llama_parameters_equal_transformers_on_meta(preset):
+    import torch
+    from transformers import LlamaForCausalLM
+
+    plan = _plan(SPECS / "beluga-train.bench", f'model.llama.preset="{preset}"', target="h100")
+    m = plan.model
+    with torch.device("meta"):
+        model = LlamaForCausalLM(
+            _llama_config(m.hidden, m.layers, m.heads, m.kv_heads, m.intermediate, m.vocab)
+        )
+    assert parameters(plan)["transformer"] == sum(p.numel() for p in model.parameters())
+    assert plan.cost.params == {"llama-2-7b": 6_738_415_616, "llama-2-70b": 68_976_648_192}[preset]
+
+
+# ------------------------------------------------------------------ memory
+
+
+@pytest.mark.parametrize("sharding", ["none", "fsdp", "zero1", "zero2", "zero3"])
+def test_training_states_equal_real_tensors_on_meta(write, sharding):
+    """Weights, gradients and AdamW state as the programs keep them, built for real on meta:
+    fp32 model, gradients and moments (DDP, FSDP2's fp32 shards); DeepSpeed's 16-bit model and
+    gradients, fp32 master copy with its gradient and moments. Sharded states are / N."""
+    import torch
+    from transformers import LlamaForCausalLM
+
+    spec = _small_spec(write, "train { precision = bf16; seq_len = 64; batch = 2 }")
+    plan = _plan(spec, f"parallel.sharding={sharding}")
+    memory = estimate_memory(plan)
+    n = plan.parallel.data
+    assert n == 8
+    with torch.device("meta"):
+        model = LlamaForCausalLM(_llama_config(**SMALL_LLAMA))
+    zero = sharding.startswith("zero")
+    if zero:
+        model = model.to(torch.bfloat16)
+    params = list(model.parameters())
+    grads = [torch.zeros_like(p) for p in params]
+    master = [torch.nn.Parameter(p.detach().float()) for p in params] if zero else params
+    for p, g in zip(master, grads):
+        p.grad = g.float() if zero else g
+    optimizer = torch.optim.AdamW(master)
+    optimizer.step()
+    states = [v for state in optimizer.state.values() for k, v in state.items() if k != "step"]
+    fp32_grads = [p.grad for p in master]
+    if sharding == "none":
+        expected = (_size(params), _size(grads), _size(states))
+    elif sharding == "fsdp":
+        expected = (_size(params) / n, _size(grads) / n, _size(states) / n)
+    else:
+        stage = int(sharding[-1])
+        expected = (
+            _size(params) / (n if stage == 3 else 1),
+            _size(grads) / (n if stage >= 2 else 1) + _size(fp32_grads) / n,
+            (_size(master) + _size(states)) / n,
+        )
+    got = tuple(memory.part(name) for name in ("weights", "gradients", "optimizer"))
+    assert got == pytest.approx(expected, rel=1e-12)
+    assert params[0].dtype == (torch.bfloat16 if zero else torch.float32)
+
+
+def test_inference_weights_and_kv_cache_equal_real_tensors_on_meta(write):
+    """Tensor parallel 2: each layer's projections split, the rest whole; transformers'
+    StaticCache for this rank's share of the KV heads."""
+    import torch
+    from transformers import LlamaForCausalLM
+    from transformers.cache_utils import StaticCache
+
+    spec = _small_spec(write, "infer { batch = 3; input_tokens = 16; output_tokens = 24 }")
+    plan = _plan(spec, "cluster.devices_per_node=2", "parallel.tensor=2")
+    config = _llama_config(**SMALL_LLAMA)
+    with torch.device("meta"):
+        model = LlamaForCausalLM(config).to(torch.bfloat16)
+    split = re.compile(r"\.(q|k|v|o|gate|up|down)_proj\.")
+    local = sum(
+        p.numel() * p.element_size() / (2 if split.search(n) else 1) for n, p in model.named_parameters()
+    )
+    memory = estimate_memory(plan)
+    assert memory.part("weights") == local
+    config.num_key_value_heads //= 2
+    cache = StaticCache(
+        config=config, max_batch_size=3, max_cache_len=16 + 24, device="meta", dtype=torch.bfloat16
+    )
+    assert (
+        kv_cache(plan)
+        == memory.part("kv_cache")
+        == _size([t for layer in cache.layers for t in (layer.keys, layer.values)])
+    )
+
+
+def test_checkpointing_shrinks_activations_and_a_huge_batch_does_not_fit():
+    plan = _plan(SPECS / "sd3.bench", "train.batch=16", target="h100")
+    memory = estimate_memory(plan)
+    assert memory.fits and memory.activations_on < memory.activations_off / 5
+    assert memory.part("activations") == memory.activations_off  # the spec does not checkpoint
+    big = estimate_memory(_plan(SPECS / "sd3.bench", "train.batch=64", target="h100"))
+    assert big.fits is False and big.total > big.capacity == 80e9
+
+
+# ------------------------------------------------------------------ roofline
+
+
+def test_training_roofline_arithmetic_by_hand(write):
+    """Llama h 1024, 2 layers, 8 heads, MLP 4096, vocab 1000, seq 128, batch 4 on 8 H100s (DDP)."""
+    spec = str(
+        write(
+            "hand.bench",
+            """experiment hand {
+  model llama { hidden = 1024; layers = 2; heads = 8; intermediate = 4096; vocab = 1000 }
+  train { precision = bf16; seq_len = 128; batch = 4 }
+  cluster { nodes = 1; devices_per_node = 8 }
+  targets = [h100]
+  measure { metric = tokens_per_s }
+}
+""",
+        )
+    )
+    plan = _plan(spec)
+    params = 2 * (4 * 1024**2 + 3 * 1024 * 4096 + 2 * 1024) + 1024 + 2 * 1000 * 1024
+    assert plan.cost.params == params == 35_607_552
+    matmul = 2 * (4 * 1024**2 + 3 * 1024 * 4096) + 1000 * 1024  # every token's weights
+    train = 3 * (2 * matmul * 128 + 2 * 4 * 128**2 * 1024)  # per sequence
+    assert train == 26_958_888_960
+    (step,) = roofline(plan).phases
+    bounds = {b.name: b.seconds for b in step.bounds}
+    assert bounds["compute"] == pytest.approx(train * 32 / 8 / 989e12)  # global batch 32 / 8 devices
+    assert bounds["memory"] == pytest.approx((3 * 2 * params + 28 * params) / 3.35e12)
+    assert bounds["interconnect"] == pytest.approx(2 * 7 / 8 * 4 * params / 450e9)  # fp32 all-reduce
+    assert step.binding.name == "interconnect"
+    line = roofline(plan)
+    assert line.best == pytest.approx(32 * 128 / bounds["interconnect"])  # tokens/s for the job
+
+
+def test_decode_roofline_arithmetic_by_hand(write):
+    """One H100, batch 3, 16 -> 24 tokens: each of 23 decode steps reads the weights and the
+    KV cache filled so far; tokens/s at best = batch x outputs / (prefill + decode)."""
+    spec = _small_spec(write, "infer { batch = 3; input_tokens = 16; output_tokens = 24 }")
+    plan = _plan(spec, "cluster.devices_per_node=1")
+    prefill, decode = roofline(plan).phases
+    weights = 2 * plan.cost.params
+    per_token = 2 * 4 * 2 * 64 * 2  # keys and values x layers x KV heads x head_dim x bf16
+    read = sum(16 + t for t in range(1, 24))
+    memory = {b.name: b.seconds for b in decode.bounds}["memory"]
+    assert memory == pytest.approx((23 * weights + 3 * (read + 23) * per_token) / 3.35e12)
+    assert decode.binding.name == "memory"
+    assert {b.name for b in prefill.bounds} == {"compute", "memory"}  # one device: no collective
+    assert roofline(plan).best == pytest.approx(3 * 24 / (prefill.seconds + decode.seconds))
+
+
+def test_every_target_but_cpu_states_its_interconnect_and_where_from():
+    for name, target in TARGETS.items():
+        if name == "cpu":
+            assert target.scale_up_gb_s is None and target.scale_out_gb_s is None
+            continue
+        assert target.scale_up_gb_s > target.scale_out_gb_s > 0, name
+        assert "assumed typical node" in target.interconnect_source, name
+
+
+# ------------------------------------------------------------------ the command
+
+
+def test_estimate_sd3_prints_parameters_and_every_target_and_batch():
+    result = run_cli("estimate", "specs/sd3.bench", cwd=REPO)
+    assert result.code == 0, result.err
+    assert result.out.count("parameters  2,028,328,000") == 6
+    headers = re.findall(r"^sd3_mmdit_train / (\w+) / (\S+)$", result.out, flags=re.M)
+    assert headers == [(t, p) for t in ("gaudi2", "h100", "a100") for p in ("batch-16", "batch-32")]
+    for needle in ("per device: fits", "activations", "binds", "at most", "images/s", "MFU"):
+        assert needle in result.out, needle
+
+
+@pytest.mark.parametrize("spec", REFERENCE_SPECS)
+def test_estimate_of_every_reference_spec_matches_its_snapshot(spec):
+    result = run_cli("estimate", f"specs/{spec}", cwd=REPO)
+    assert result.code == 0, result.err
+    assert result.err == "" and "Traceback" not in result.out
+    golden = GOLDEN_DIR / (spec.removesuffix(".bench") + ".txt")
+    if UPDATE:
+        golden.parent.mkdir(parents=True, exist_ok=True)
+        golden.write_text(result.out)
+    assert golden.exists(), f"no snapshot {golden.name}; run with BENCHC_UPDATE_GOLDEN=1"
+    assert result.out == golden.read_text()
+    data = json.loads(run_cli("estimate", f"specs/{spec}", "--json", cwd=REPO).out)
+    assert all(e["memory"]["fits"] for e in data["estimates"])
+
+
+def test_no_orphan_snapshots():
+    assert {p.name for p in GOLDEN_DIR.glob("*.txt")} == {
+        s.removesuffix(".bench") + ".txt" for s in REFERENCE_SPECS
+    }
+
+
+def test_references_beyond_their_roofline_are_flagged_with_the_arithmetic():
+    data = json.loads(run_cli("estimate", "specs/sd3-infer.bench", "--json", cwd=REPO).out)
+    (gaudi2,) = [e for e in data["estimates"] if e["target"] == "gaudi2"]
+    (ref,) = gaudi2["references"]
+    assert ref["impossible"] and ref["mfu"] == pytest.approx(1.867e15 / 3.2 / 432e12, rel=1e-3)
+    assert "584 TFLOP/s per device" in ref["arithmetic"] and "432 TFLOP/s peak" in ref["arithmetic"]
+    text = run_cli("estimate", "specs/sd3-infer.bench", "-t", "gaudi2", cwd=REPO).out
+    assert 'reference   "gaudi2" 3.2 s/image: IMPOSSIBLE' in text
+    # a figure under its roofline is not flagged, and shows its utilisation
+    s1 = json.loads(run_cli("estimate", "specs/sd3.bench", "--json", cwd=REPO).out)
+    refs = [r for e in s1["estimates"] for r in e["references"]]
+    assert refs and not any(r["impossible"] for r in refs) and all(0 < r["mfu"] < 1 for r in refs)
+    s5 = json.loads(run_cli("estimate", "specs/beluga-infer.bench", "--json", "-t", "gaudi2", cwd=REPO).out)
+    (ref,) = s5["estimates"][0]["references"]
+    assert ref["per_device"] and 0 < ref["bandwidth_share"] < 1
+
+
+TOO_BIG = ("--set", "train.batch=64", "--set", "train.global_batch=32768")  # S4: 64 x 2 x 256
+
+
+def test_check_warns_of_a_point_that_cannot_fit_and_strict_refuses_it():
+    plain = run_cli("check", "specs/beluga-train.bench", "-t", "h100", *TOO_BIG, cwd=REPO)
+    assert plain.code == 0, plain.err
+    assert plain.out.startswith("ok: ")
+    assert re.match(r"^--set\[1\]:1:13: warning: h100 / default will not fit in memory: [\d.,]+ GB per "
+                    r"device, [\d.,]+ GB over the 80 GB of one h100", plain.err)  # fmt: skip
+    assert "^^" in plain.err and "train.batch = 15 or less fits" in plain.err
+    strict = run_cli("check", "--strict", "specs/beluga-train.bench", "-t", "h100", *TOO_BIG, cwd=REPO)
+    assert strict.code == 2 and strict.out == ""
+    assert re.match(r"^--set\[1\]:1:13: error: h100 / default will not fit in memory", strict.err)
+    # the model's states overflow: the warning sits at the model, and names sharding
+    states = run_cli("check", "specs/sd3-infer.bench", "-t", "h100", "--set", "model.sd3.depth=120", cwd=REPO)
+    assert states.code == 0
+    assert states.err.startswith("--set[1]:1:17: warning: ")
+    assert "warning: h100 / default will not fit" in states.err and "the model's weights" in states.err
+    assert run_cli("check", "--strict", *(str(SPECS / s) for s in REFERENCE_SPECS)).code == 0
+
+
+def test_estimate_and_strict_check_never_import_torch():
+    assert heavy_modules_imported_by(
+        ["estimate", "specs/sd3.bench"], ["estimate", "--json", "specs/beluga-infer.bench"],
+        ["check", "--strict", "specs/beluga-train.bench"],
+    ) == []  # fmt: skip
