@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import io
 import json
 import math
-import re
 from functools import lru_cache
 from importlib import resources
 
+import lark
 from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken, VisitError
 
+from .. import cache
 from ..diagnostics import BenchError, Source, Span, error
 from . import syntax as ast
 
@@ -27,10 +29,37 @@ _TERMINAL_WORDS = {
 }
 
 
+MAX_KEY_PARTS = 16
+MAX_INTEGER = 2**63 - 1  # what a 64-bit counter holds; Python refuses past 4,300 digits
+MAX_INTEGER_DIGITS = len(str(MAX_INTEGER))
+
+
+def _abbreviated(text: str, keep: int = 24) -> str:
+    return text if len(text) <= keep else f"{text[:keep]}... ({len(text)} characters)"
+
+
+_LARK_OPTIONS = {"parser": "lalr", "propagate_positions": True, "maybe_placeholders": True}
+
+
 @lru_cache(maxsize=1)
 def _lark() -> Lark:
+    """The LALR parser of the grammar. Building its tables takes about 0.1 s, so a built one
+    is kept in benchc's cache folder (compiler/cache.py), keyed by the grammar text, the
+    options and the lark version; an entry that cannot be read is rebuilt, never an error."""
     grammar = resources.files("benchc.grammar").joinpath("bench.lark").read_text("utf-8")
-    return Lark(grammar, parser="lalr", propagate_positions=True, maybe_placeholders=True)
+    name = "lark-" + cache.key(grammar, repr(sorted(_LARK_OPTIONS.items())), lark.__version__) + ".pickle"
+    saved = cache.read_bytes(name)
+    if saved is not None:
+        try:
+            return Lark.load(io.BytesIO(saved))
+        except Exception:  # noqa: BLE001 - damaged, truncated or foreign: build it anew
+            pass
+    parser = Lark(grammar, **_LARK_OPTIONS)
+    if cache.cache_dir() is not None:
+        data = io.BytesIO()
+        parser.save(data)
+        cache.write_bytes(name, data.getvalue())
+    return parser
 
 
 def parse_text(source: Source, start: str = "start") -> ast.File:
@@ -99,6 +128,13 @@ class _Builder(Transformer):
             if value.is_integer() and abs(value) < 2**53 and "." not in text:
                 value = int(value)  # 1e3 is the integer 1000, as a reader would expect
             return ast.Number(value, span)
+        digits = text.lstrip("+-")
+        if len(digits.lstrip("0")) > MAX_INTEGER_DIGITS or int(text) > MAX_INTEGER:
+            raise error(
+                f"integer {_abbreviated(token)} is too large",
+                span,
+                hint=f"integers in a spec are at most {MAX_INTEGER:,} (2**63 - 1)",
+            )
         return ast.Number(int(text), span)
 
     @v_args(meta=True)
@@ -113,6 +149,13 @@ class _Builder(Transformer):
                 span,
                 hint=r"strings use JSON escapes: \" \\ \n \t \uXXXX",
             ) from None
+        lone = next((char for char in value if "\ud800" <= char <= "\udfff"), None)
+        if lone is not None:  # no UTF-8 output (a plan, a program) could hold it
+            raise error(
+                f"string holds \\u{ord(lone):04x}, half of a surrogate pair: not a character",
+                span,
+                hint=r"write the character itself, or both halves of its pair, e.g. \ud83d\ude00",
+            )
         return ast.String(value, span)
 
     @v_args(meta=True)
@@ -149,6 +192,12 @@ class _Builder(Transformer):
 
     @v_args(meta=True)
     def key(self, meta, children):
+        if len(children) > MAX_KEY_PARTS:  # each part is a level of the settings: keep it shallow
+            raise error(
+                f"a dotted key of {len(children):,} parts; keys have at most {MAX_KEY_PARTS}",
+                self._span(meta),
+                hint="the deepest setting is a few levels down, e.g. on.h100.train.batch",
+            )
         return ast.Key(tuple(str(c) for c in children), self._span(meta))
 
     @v_args(meta=True)
@@ -184,6 +233,12 @@ class _Builder(Transformer):
     @v_args(meta=True)
     def experiment(self, meta, children):
         name, *body = children
+        if str(name) in KEYWORDS:
+            raise error(
+                f"'{name}' is a keyword; it cannot name an experiment",
+                self._token_span(name),
+                hint="name the experiment after what it measures, e.g. sd3_mmdit_train",
+            )
         return ast.Experiment(str(name), self._token_span(name), tuple(body), self._span(meta))
 
 
@@ -251,11 +306,11 @@ def _syntax_error(source: Source, exc: UnexpectedInput) -> BenchError:
         span = Span(source, token.line, token.column, token.end_line, token.end_column)
         expected = _describe_expected(set(exc.expected))
         hint = f"expected {expected}"
-        previous = re.search(r"([A-Za-z_][A-Za-z0-9_]*)\s*$", source.text[: token.start_pos])
+        previous = _name_before(source.text, token.start_pos)
         if token.type == "NAME" and token in KEYWORDS:
             hint += f"; '{token}' is a keyword and cannot be used as a name"
-        elif previous and previous.group(1) in KEYWORDS:
-            hint += f"; '{previous.group(1)}' is a keyword and cannot be used as a name"
+        elif previous in KEYWORDS:
+            hint += f"; '{previous}' is a keyword and cannot be used as a name"
         elif "LSQB" in exc.expected and "NAME" not in exc.expected and "EQUAL" not in exc.expected:
             hint += "; a sweep takes a list of values, e.g. sweep train.batch = [16, 32]"
         return error(f"unexpected {_describe_token(token)}", span, hint=hint)
@@ -272,6 +327,19 @@ def _syntax_error(source: Source, exc: UnexpectedInput) -> BenchError:
                      hint=f"add the missing '{closing}' (the file ends at line {end_line})")  # fmt: skip
     hint = f"expected {_describe_expected(expected)}" if expected else None
     return error("unexpected end of file", Span.end_of(source), hint=hint)
+
+
+def _name_before(text: str, end: int) -> str | None:
+    """The name that ends just before offset `end` (whitespace between allowed), or None.
+    Found by walking back from `end`: a regex search for it would try every start on the
+    line, quadratic on a long one (a 100,000-character name took minutes)."""
+    stop = end
+    while stop > 0 and text[stop - 1].isspace():
+        stop -= 1
+    start = stop
+    while start > 0 and (text[start - 1] == "_" or (text[start - 1].isascii() and text[start - 1].isalnum())):
+        start -= 1
+    return text[start:stop].lstrip("0123456789") or None
 
 
 def _unclosed(text: str) -> tuple[int, str] | None:
