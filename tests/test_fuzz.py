@@ -1,6 +1,6 @@
 """Fuzzing the front end and the code generator with hypothesis (strategies: tests/fuzz_specs.py).
 
-Property: for any input, `check`, `plan` and `compile` either succeed or end with located user
+Property: for any input, `check`, `plan`, `fmt` and `compile` either succeed or end with located user
 errors (exit 2, each error as FILE:LINE:COL), never a traceback, never a hang, within a time
 and a memory bound; and a compile that succeeds gives the same bytes when run again.
 
@@ -46,8 +46,10 @@ from fuzz_specs import (
 from hypothesis import HealthCheck, example, given, settings
 
 from benchc.codegen.build import compile_plans
-from benchc.diagnostics import BenchError, Diagnostic, format_diagnostics
+from benchc.diagnostics import BenchError, Diagnostic, Source, format_diagnostics
 from benchc.frontend.document import load_document
+from benchc.frontend.format import format_source
+from benchc.frontend.source import read_source
 from benchc.pipeline import plan_spec
 from benchc.plan.summary import summarize
 from benchc.validate.schema import validate_settings
@@ -151,6 +153,19 @@ def assert_printable(diagnostics) -> None:
     format_diagnostics(diagnostics, color=False).encode("utf-8")
 
 
+def check_fmt(path: Path) -> None:
+    """`benchc fmt` of the input: canonical text that formats to itself, or located errors;
+    never a FormatError (a formatting that would change the meaning is a benchc bug)."""
+    try:
+        with bounded():
+            source = read_source(path)
+            text = format_source(source)
+            assert format_source(Source(source.name, text)) == text, "formatting twice changed it"
+    except BenchError as exc:
+        for diagnostic in exc.diagnostics:
+            assert_located(diagnostic)
+
+
 def snapshot(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
@@ -164,6 +179,7 @@ def snapshot(folder: Path) -> dict[str, bytes]:
 def test_the_front_end_and_compile_give_plans_or_located_errors(case: Case):
     with workspace(case) as root:
         started = time.monotonic()
+        check_fmt(root / "spec.bench")
         try:
             with bounded():
                 planned = plan_spec(
