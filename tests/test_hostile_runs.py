@@ -163,3 +163,22 @@ def test_a_program_writing_invalid_metrics_is_stored_as_failed_and_the_report_re
     assert run.metrics is None and run.ended_at is not None
     report = benchc("report", "-o", str(tmp_path / "out"), "--db", str(db))
     assert report.returncode == 0 and "Traceback" not in report.stderr, report.stderr
+
+
+def test_a_report_over_a_store_holding_an_invalid_ok_row_shows_it_as_failed(tmp_path):
+    """A store written by an older benchc, or edited by hand, may hold an `ok` row whose
+    metrics lack what the report reads: it renders, and says why that row is not shown."""
+    db = tmp_path / "r.db"
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(ok_metrics(12.0)))
+    assert benchc("ingest", str(good), "--db", str(db)).returncode == 0
+    with Store(db) as store:
+        run_id = store.start(experiment="e", target="cpu", point="default", point_values={}, smoke=True,
+                             spec_path=None, spec_sha256=None, build_path=None, log_path=None,
+                             environment={}, plan=None, series="s", trial=1, source="ingest")  # fmt: skip
+        store.finish(run_id, "ok", None, {"status": "ok"})
+    out = tmp_path / "out"
+    proc = benchc("report", "-o", str(out), "--db", str(db))
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    page = (out / "report.md").read_text()
+    assert "invalid metrics in the store" in page

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, replace
 
+from ..results.metrics import validation_problems
 from ..results.store import RunRecord
 from .headline import Metric, metric_of, normal_unit, unit_of, value_of
 from .stats import Summary, summarize
@@ -80,6 +81,18 @@ def _median_or_none(values: list) -> float | None:
 def _natural(point_values: dict) -> tuple:
     """Order points by their values, numbers as numbers (nodes 2 before nodes 16)."""
     return tuple((0, v, "") if isinstance(v, (int, float)) else (1, 0, str(v)) for v in point_values.values())
+
+
+def _checked(run: RunRecord) -> RunRecord:
+    """A row stored as ok whose metrics do not match the schema (an older benchc, an edited
+    store) is shown as failed with the reason, never trusted and never a crash."""
+    if run.status != "ok":
+        return run
+    problems = validation_problems(run.metrics) if isinstance(run.metrics, dict) else ["no metrics"]
+    if not problems:
+        return run
+    reason = problems[0].message if hasattr(problems[0], "message") else problems[0]
+    return replace(run, status="failed", cause=f"invalid metrics in the store: {str(reason)[:200]}")
 
 
 def _row(trials: list[RunRecord], metric: Metric) -> Row | None:
@@ -177,6 +190,7 @@ def sections(runs: list[RunRecord], baseline: str | None = None) -> list[Section
     plans: dict[tuple, dict[tuple, dict]] = defaultdict(dict)
     metrics: dict[tuple, str | None] = {}
     for (experiment, smoke, point, target), trials in grouped.items():
+        trials = [_checked(t) for t in trials]
         failures[(experiment, smoke)] += [t for t in trials if t.status != "ok"]
         plan = trials[-1].plan or {}
         metrics[(experiment, smoke)] = (plan.get("measure") or {}).get("metric") or metrics.get(
