@@ -93,7 +93,7 @@ def test_fsdp_checkpointing_clipping_and_accumulation_run(tmp_path):
 
 def test_a_diverging_run_fails_with_its_cause_recorded(tmp_path):
     # an absurd learning rate drives the loss to inf/nan within a few steps
-    proc, metrics, point = compile_and_run(tmp_path, "train.optimizer=sgd(lr = 1e30)", "train.precision=fp32")
+    proc, metrics, point = compile_and_run(tmp_path, "train.optimizer=sgd(lr = 1000)", "train.precision=fp32")
     assert proc.returncode != 0
     jsonschema.validate(metrics, metrics_schema())
     assert metrics["status"] == "failed"
