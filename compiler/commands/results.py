@@ -304,11 +304,11 @@ def report(args) -> int:
         raise error(f"no runs to report: there is no results store at {store_path(args.db)}", None,
                     hint="run something first: benchc run SPEC --smoke")  # fmt: skip
     with store:
-        records = store.runs(args.experiment)
+        records = store.latest_runs(args.experiment)  # what the report shows, not the whole store
+        targets = store.targets(args.experiment)
     if not records:
         raise error("no runs to report" + (f" for experiment '{args.experiment}'" if args.experiment else ""),
                     None, hint="run something first: benchc run SPEC --smoke")  # fmt: skip
-    targets = {r.target for r in records}
     if args.baseline and args.baseline not in targets:
         raise error(f"no runs of baseline target '{args.baseline}'", None,
                     hint=choices_hint(args.baseline, targets, "targets with runs"))  # fmt: skip

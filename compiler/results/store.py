@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ..diagnostics import error
+from .queries import INDEX_NAMES, INDEXES, latest_series_query
 
 DEFAULT_PATH = Path(".benchc") / "results.db"
 ENVIRONMENT_VARIABLE = "BENCHC_RESULTS"
@@ -158,12 +159,22 @@ class Store:
             raise error(f"cannot open the results store {self.path}: {exc}", None) from None
         self._db.row_factory = sqlite3.Row
         self._depth = 0  # open transactions (batch() nests start/finish into one)
+        self._checked = False  # PRAGMA quick_check has passed on this connection
+        self._indexed = True  # the store has INDEXES (see _add_indexes)
         try:
             self._db.execute("PRAGMA busy_timeout=200")
-            self._check_intact()
-            self._retry_while_locked(lambda: self._db.execute("PRAGMA journal_mode=WAL"))
+            if self._db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                self._check_intact()  # switching to WAL writes the file's header
+                self._retry_while_locked(lambda: self._db.execute("PRAGMA journal_mode=WAL"))
+            # In WAL mode NORMAL keeps every transaction atomic and the file consistent, also
+            # when a process is killed mid-write; it skips the fsync at each commit (a power
+            # cut may lose the last commits, never half of one).
+            self._db.execute("PRAGMA synchronous=NORMAL")
             self._retry_while_locked(self._migrate)
         except sqlite3.DatabaseError as exc:
+            if type(exc) is sqlite3.DatabaseError and "malformed" in str(exc):
+                self._db.close()
+                raise damaged(self.path, str(exc)) from None
             raise error(
                 f"{self.path} is not a benchc results store ({exc})",
                 None,
@@ -171,8 +182,13 @@ class Store:
             ) from None
 
     def _check_intact(self) -> None:
-        """A damaged file is refused before anything reads or writes it (SQLite would go on
-        writing into the pages it can still reach)."""
+        """A damaged file is refused before anything writes to it: SQLite would go on writing
+        into the pages it can still reach. PRAGMA quick_check reads the whole file (about
+        80 ms for 10,000 runs, 60 MiB), so it runs before the first write of a connection,
+        not at every open: what only reads is told of damage by SQLite itself, on the pages
+        it reads (see _reading)."""
+        if self._checked:
+            return
         try:
             found = self._retry_while_locked(lambda: self._db.execute("PRAGMA quick_check(1)").fetchone())
         except sqlite3.DatabaseError as exc:
@@ -182,6 +198,18 @@ class Store:
         if found and found[0] != "ok":
             self._db.close()
             raise damaged(self.path, found[0])
+        self._checked = True
+
+    @contextmanager
+    def _reading(self) -> Iterator[None]:
+        """Damage SQLite meets while reading is told as a damaged store, as the check would."""
+        try:
+            yield
+        except sqlite3.DatabaseError as exc:
+            if type(exc) is not sqlite3.DatabaseError:  # locked, closed, a misuse: not damage
+                raise
+            self._db.close()
+            raise damaged(self.path, str(exc)) from None
 
     @staticmethod
     def _retry_while_locked(action, seconds: float = 30.0):
@@ -210,6 +238,7 @@ class Store:
         if self._depth:  # inside batch(): part of the enclosing transaction
             yield self._db
             return
+        self._check_intact()  # once per connection, before its first write
         self._retry_while_locked(lambda: self._db.execute("BEGIN IMMEDIATE"))
         self._depth = 1
         try:
@@ -226,6 +255,9 @@ class Store:
         return self._transaction()
 
     def _migrate(self) -> None:
+        if self._db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
+            self._add_indexes()
+            return  # the usual case: no write lock to take (versions only ever go up)
         with self._transaction() as db:
             version = db.execute("PRAGMA user_version").fetchone()[0]
             if version > SCHEMA_VERSION:
@@ -239,6 +271,23 @@ class Store:
                     if statement.strip():
                         db.execute(statement)
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            for statement in INDEXES:
+                db.execute(statement)
+
+    def _add_indexes(self) -> None:
+        """INDEXES missing from a store made by an earlier benchc; where the store cannot be
+        written (a read-only file), it is read without them."""
+        found = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+        if all(name in found for name in INDEX_NAMES):
+            return
+        try:
+            with self._transaction() as db:
+                for statement in INDEXES:
+                    db.execute(statement)
+        except sqlite3.OperationalError as exc:
+            if "readonly" not in str(exc):
+                raise
+            self._indexed = False
 
     @property
     def schema_version(self) -> int:
@@ -296,18 +345,20 @@ class Store:
 
     def stored_metrics(self, sha256: str) -> RunRecord | None:
         """The run stored from a metrics file with this content hash, if any."""
-        row = self._db.execute(
-            "SELECT * FROM runs WHERE metrics_sha256 = ? ORDER BY started_at LIMIT 1", (sha256,)
-        ).fetchone()
+        with self._reading():
+            row = self._db.execute(
+                "SELECT * FROM runs WHERE metrics_sha256 = ? ORDER BY started_at LIMIT 1", (sha256,)
+            ).fetchone()
         return _record(row) if row else None
 
     def submitted(self, active_only: bool = False) -> list[RunRecord]:
         """Runs submitted to a scheduler, oldest first; only those not ended with active_only."""
         where = " AND status IN ('pending', 'running')" if active_only else ""
-        rows = self._db.execute(
-            f"SELECT * FROM runs WHERE source = 'submit'{where} ORDER BY started_at, trial, id"
-        )
-        return [_record(row) for row in rows.fetchall()]
+        with self._reading():
+            rows = self._db.execute(
+                f"SELECT * FROM runs WHERE source = 'submit'{where} ORDER BY started_at, trial, id"
+            ).fetchall()
+        return [_record(row) for row in rows]
 
     # -- reading
 
@@ -317,7 +368,8 @@ class Store:
         query = (
             "SELECT id, runner_pid FROM runs WHERE status = 'running' AND source = 'run' AND runner_host = ?"
         )
-        rows = self._db.execute(query, (host,)).fetchall()
+        with self._reading():
+            rows = self._db.execute(query, (host,)).fetchall()
         for row in rows:
             if row["runner_pid"] and not _alive(row["runner_pid"]):
                 with self._transaction() as db:
@@ -339,17 +391,36 @@ class Store:
             clauses.append("smoke = ?")
             values.append(int(smoke))
         where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
-        rows = self._db.execute(f"SELECT * FROM runs{where} ORDER BY started_at, id", values)
-        return [_record(row) for row in rows.fetchall()]
+        with self._reading():
+            rows = self._db.execute(f"SELECT * FROM runs{where} ORDER BY started_at, id", values).fetchall()
+        return [_record(row) for row in rows]
+
+    def latest_runs(self, experiment: str | None = None) -> list[RunRecord]:
+        """What a report shows: for each (experiment, smoke, point, target), every run of its
+        latest series that ended (latest by start time, then id), in start order: the runs
+        report.collect.sections() keeps of runs(), read without the older series (through
+        INDEXES, a few pages whatever the store holds)."""
+        self._reconcile()
+        where, values = ("WHERE experiment = ?", [experiment]) if experiment is not None else ("", [])
+        query = latest_series_query(where, indexed=self._indexed)
+        with self._reading():
+            rows = self._db.execute(query, values).fetchall()
+        return [_record(row) for row in rows]
+
+    def targets(self, experiment: str | None = None) -> set[str]:
+        """The targets with any run (of `experiment`), whatever their status."""
+        where, values = (" WHERE experiment = ?", [experiment]) if experiment is not None else ("", [])
+        with self._reading():
+            return {row[0] for row in self._db.execute(f"SELECT DISTINCT target FROM runs{where}", values)}
 
     def get(self, run_id: str) -> RunRecord | None:
         self._reconcile()
         if not run_id:
             return None
-        rows = self._db.execute(
-            "SELECT * FROM runs WHERE substr(id, 1, ?) = ? ORDER BY started_at", (len(run_id), run_id)
-        )
-        found = rows.fetchall()
+        with self._reading():
+            found = self._db.execute(
+                "SELECT * FROM runs WHERE substr(id, 1, ?) = ? ORDER BY started_at", (len(run_id), run_id)
+            ).fetchall()
         if len(found) > 1:
             raise error(f"run id '{run_id}' is ambiguous: {len(found)} runs start with it", None,
                         hint="give more characters of the id")  # fmt: skip

@@ -20,6 +20,8 @@ MAX_MAGNITUDE = 1e30  # above any FLOP count, byte count or rate a benchmark rec
 
 _STRUCTURE = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# A lone surrogate can only come from a \uD800-\uDFFF escape: the text was valid UTF-8.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 class _Refused(ValueError):
@@ -72,7 +74,8 @@ def read_json_file(path: Path, what: str) -> tuple[object, Source]:
     except UnicodeDecodeError as exc:
         raise error(f"'{name}' is not UTF-8 text (bad byte at offset {exc.start})", None) from None
     source = Source(name, text)
-    _check_depth(source, what)
+    if text.count("[") + text.count("{") > MAX_DEPTH:  # fewer openers cannot nest deeper
+        _check_depth(source, what)
     try:
         data = json.loads(text, parse_int=_integer, parse_float=_float, parse_constant=_constant)
     except json.JSONDecodeError as exc:
@@ -82,7 +85,7 @@ def read_json_file(path: Path, what: str) -> tuple[object, Source]:
         raise error(f"'{name}': {exc}", Span.start_of(source)) from None
     except RecursionError:  # not reached after _check_depth; kept as a last guard
         raise error(f"'{name}' is nested too deeply", Span.start_of(source)) from None
-    problem = _bad_string(data)
+    problem = _bad_string(data) if _SURROGATE_ESCAPE.search(text) else None
     if problem:
         raise error(f"'{name}': {problem}", Span.start_of(source))
     return data, source
