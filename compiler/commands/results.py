@@ -59,6 +59,11 @@ def add_parsers(commands, variant_options) -> None:
     report.add_argument("--baseline", metavar="TARGET", help="ratios against this target")
     report.add_argument("--format", choices=("md", "html"), default="md")
     report.add_argument("-o", "--out", default="reports", metavar="DIR")
+    report.add_argument(
+        "--prices", metavar="FILE",
+        help="device-hour prices per target (TOML: currency = \"USD\", then [per_device_hour] "
+        "h100 = 4.10): the report adds cost per unit of work and price-performance",
+    )  # fmt: skip
     _db_option(report)
 
 
@@ -299,6 +304,11 @@ def report(args) -> int:
     from ..report.collect import sections
     from ..report.render import html_page, key, markdown
 
+    prices = None
+    if args.prices:
+        from ..report.prices import load_prices
+
+        prices = load_prices(Path(args.prices))  # before anything is read or written
     store = open_existing(args.db)
     if store is None:
         raise error(f"no runs to report: there is no results store at {store_path(args.db)}", None,
@@ -331,7 +341,7 @@ def report(args) -> int:
             charts[key(section)] = name
             written.append(out / name)
     name = file_name(args.experiment or "report") + (".md" if args.format == "md" else ".html")
-    page = markdown(found, charts) if args.format == "md" else html_page(found, charts)
+    page = markdown(found, charts, prices) if args.format == "md" else html_page(found, charts, prices)
     (out / name).write_text(page, encoding="utf-8")
     print("\n".join(f"wrote {path}" for path in [out / name, *written]))
     return EXIT_OK

@@ -43,6 +43,8 @@ class Row:
     step_p90: float
     peak_memory_bytes: int | None
     mfu: float | None
+    peak_per_device: float | None  # the target's dense peak FLOP/s the MFU is taken against
+    flops_per_sample: float | None  # model FLOPs of one unit of work (report/explain.py)
     world_size: int
     hosts: int | None  # distinct hosts the ranks ran on (None: not recorded)
     ttft_s: float | None  # generation: time to first token (median over trials)
@@ -105,6 +107,8 @@ def _row(trials: list[RunRecord], metric: Metric) -> Row | None:
         metric, headline = metric_of(None), [m["throughput"]["job"] for m in metrics]
     memory = [m.get("peak_memory_bytes") for m in metrics if m.get("peak_memory_bytes") is not None]
     mfus = [m["flops"]["mfu"] for m in metrics if m.get("flops", {}).get("mfu") is not None]
+    peaks = [(m.get("flops") or {}).get("peak_per_device") for m in metrics]
+    work = [(m.get("flops") or {}).get("model_flops_per_sample") for m in metrics]
     last = ok[-1]
     return Row(
         experiment=last.experiment, smoke=last.smoke, point=last.point, point_values=last.point_values,
@@ -115,6 +119,7 @@ def _row(trials: list[RunRecord], metric: Metric) -> Row | None:
         step_p50=_median([m["step_time_s"]["median"] for m in metrics]),
         step_p90=_median([m["step_time_s"]["p90"] for m in metrics]),
         peak_memory_bytes=max(memory) if memory else None, mfu=_median(mfus) if mfus else None,
+        peak_per_device=_median_or_none(peaks), flops_per_sample=_median_or_none(work),
         world_size=metrics[-1]["world_size"], hosts=metrics[-1].get("nodes"),
         ttft_s=_median_or_none([(m.get("generation") or {}).get("ttft_s") for m in metrics]),
         tpot_s=_median_or_none([(m.get("generation") or {}).get("tpot_s") for m in metrics]),

@@ -8,6 +8,7 @@ from __future__ import annotations
 import html
 
 from .collect import Row, Section
+from .explain import cost_lines, split_lines
 from .headline import sig
 
 
@@ -102,7 +103,19 @@ def _md(text: str) -> str:
     return " ".join(str(text).split()).replace("&", "&amp;").replace("<", "&lt;").replace("|", "\\|")
 
 
-def markdown(sections: list[Section], chart_names: dict[str, str]) -> str:
+def explanations(section: Section, prices) -> list[tuple[str, list[str]]]:
+    """The paragraphs under a section's table: why each ratio, and what the work costs."""
+    found = []
+    why = split_lines(section)
+    if why:
+        found.append(
+            ("Each ratio = peak ratio x MFU ratio (x device and work ratios where they differ)", why)
+        )
+    found.append(("Cost per unit of work", cost_lines(section, prices)))
+    return found
+
+
+def markdown(sections: list[Section], chart_names: dict[str, str], prices=None) -> str:
     out = ["# benchc report", ""]
     for section in sections:
         out += [f"## {_md(_title(section))}", ""]
@@ -115,6 +128,8 @@ def markdown(sections: list[Section], chart_names: dict[str, str]) -> str:
             chart = chart_names.get(key(section))
             if chart:
                 out += [f"![{_md(section.experiment)}]({chart})", ""]
+            for title, lines in explanations(section, prices):
+                out += [f"{_md(title)}:", ""] + [f"- {_md(line)}" for line in lines] + [""]
         for label, why in section.unplaced:
             out.append(f"- reference {_md(label)} not shown: {_md(why)}")
         for run in section.failed:
@@ -126,7 +141,7 @@ def markdown(sections: list[Section], chart_names: dict[str, str]) -> str:
     return "\n".join(out)
 
 
-def html_page(sections: list[Section], chart_names: dict[str, str]) -> str:
+def html_page(sections: list[Section], chart_names: dict[str, str], prices=None) -> str:
     out = ["<!doctype html>", "<meta charset='utf-8'>", "<title>benchc report</title>",
            "<style>body{font-family:sans-serif}table{border-collapse:collapse}"
            "td,th{border:1px solid #999;padding:4px 8px;text-align:right}</style>",
@@ -142,6 +157,10 @@ def html_page(sections: list[Section], chart_names: dict[str, str]) -> str:
             chart = chart_names.get(key(section))
             if chart:
                 out.append(f"<p><img src='{html.escape(chart)}' alt='{html.escape(section.experiment)}'></p>")
+            for title, lines in explanations(section, prices):
+                out.append(f"<p>{html.escape(title)}:</p><ul>")
+                out += [f"<li>{html.escape(line)}</li>" for line in lines]
+                out.append("</ul>")
         for label, why in section.unplaced:
             out.append(f"<p>reference {html.escape(label)} not shown: {html.escape(why)}</p>")
         for run in section.failed:
