@@ -18,7 +18,7 @@ from . import __version__
 from .commands.flags import whole_number
 from .console import emit, silence
 from .diagnostics import BenchError, format_diagnostics
-from .runner.processes import Terminated
+from .runner.interrupts import Terminated
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USER = 0, 1, 2
 GROUPS = ("build", "results", "cluster", "format", "estimate")  # compiler/commands/<group>.py

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import re
 import sys
+from typing import TYPE_CHECKING
 
 from ..diagnostics import BenchError, Diagnostic, Source, Span, error
-from ..report.headline import headline
-from ..results.store import Store, open_existing
 from . import flags
+
+if TYPE_CHECKING:
+    from ..results.store import Store
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_USER, EXIT_INTERRUPTED = 0, 1, 2, 130
 COMMANDS = ("submit", "status", "cancel")
@@ -88,6 +90,7 @@ def _points(args):
 
 def submit(args) -> int:
     from ..cluster import jobs, slurm
+    from ..results.store import Store
     from .results import _environment
 
     if args.repeat is not None and not 1 <= args.repeat <= 100:
@@ -127,6 +130,8 @@ def _follow(store: Store, run_ids: set[str] | None) -> int:
 
 
 def _table(records) -> None:
+    from ..report.headline import headline
+
     if not records:
         _say("no submitted runs")
         return
@@ -149,6 +154,7 @@ def _table(records) -> None:
 
 def status(args) -> int:
     from ..cluster import jobs
+    from ..results.store import open_existing
 
     store = open_existing(args.db)
     if store is None:
@@ -169,6 +175,7 @@ def status(args) -> int:
 
 def cancel(args) -> int:
     from ..cluster import jobs
+    from ..results.store import open_existing
 
     if not args.runs and not args.all:
         raise error("name the runs to cancel, or --all", None, hint="`benchc status` lists them")

@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import json
-import platform
-import signal
-import socket
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import __version__
 from ..codegen.programs import UNITS
 from ..diagnostics import choices_hint, error
-from ..report.headline import headline
-from ..results.store import STATUSES, Store, new_id, open_existing, store_path
+from ..results.statuses import STATUSES
 from . import flags
+
+if TYPE_CHECKING:
+    from ..results.store import Store
+
+# What a command needs beyond its options is imported when it runs: building the parser (every
+# command, every time) stays cheap for `benchc compile`.
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_USER, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
 COMMANDS = ("run", "runs", "show", "export", "ingest", "report")
@@ -74,6 +75,9 @@ def _db_option(parser) -> None:
 
 
 def _environment() -> dict:
+    import platform
+    import socket
+
     return {"host": socket.gethostname(), "platform": platform.platform(),
             "python": platform.python_version(), "benchc": __version__}  # fmt: skip
 
@@ -82,6 +86,7 @@ def _environment() -> dict:
 
 
 def run(args) -> int:
+    from ..results.store import Store
     from .build import build_points
 
     points = build_points(args, "run")
@@ -111,7 +116,9 @@ def _run_points(points, store: Store, args) -> int:
     """Each trial of each point, one after another. SIGTERM and SIGHUP to benchc (a scheduler's
     cancel, a closed terminal) end the run as Ctrl-C does; every trial started is recorded
     as ended, whatever the way out."""
-    from ..runner.processes import raise_terminated
+    import signal
+
+    from ..runner.interrupts import raise_terminated
 
     previous = {sig: signal.signal(sig, raise_terminated) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
@@ -122,8 +129,10 @@ def _run_points(points, store: Store, args) -> int:
 
 
 def _trials(points, store: Store, args) -> int:
+    from ..results.store import new_id
     from ..runner.execute import Outcome, execute
-    from ..runner.processes import Terminated, signals_held
+    from ..runner.interrupts import Terminated
+    from ..runner.processes import signals_held
     from ..runner.progress import Progress
 
     tally: dict[str, int] = {}
@@ -192,6 +201,9 @@ def _say(label: str, run_id: str, outcome, metric: str | None) -> None:
 
 
 def runs(args) -> int:
+    from ..report.headline import headline
+    from ..results.store import open_existing, store_path
+
     store = open_existing(args.db)
     if store is None:
         print(f"no runs stored (no results store at {store_path(args.db)})")
@@ -219,6 +231,8 @@ def runs(args) -> int:
 
 
 def show(args) -> int:
+    from ..results.store import open_existing
+
     store = open_existing(args.db)
     record = None
     if store is not None:
@@ -236,6 +250,11 @@ CSV_COLUMNS = ("id", "experiment", "target", "point", "smoke", "trial", "status"
 
 
 def export(args) -> int:
+    import csv
+    import io
+
+    from ..results.store import open_existing
+
     store = open_existing(args.db)
     records = []
     if store is not None:
@@ -272,6 +291,7 @@ def export(args) -> int:
 
 def ingest(args) -> int:
     from ..results.ingest import ingest_files
+    from ..results.store import Store
 
     with Store(args.db) as store:
         stored = ingest_files(store, [Path(name) for name in args.files], force=args.force)
@@ -303,6 +323,7 @@ def file_name(text: str) -> str:
 def report(args) -> int:
     from ..report.collect import sections
     from ..report.render import html_page, key, markdown
+    from ..results.store import open_existing, store_path
 
     prices = None
     if args.prices:

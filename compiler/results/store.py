@@ -24,12 +24,10 @@ from pathlib import Path
 
 from ..diagnostics import error
 from .queries import INDEX_NAMES, INDEXES, latest_series_query
+from .statuses import ENDED
 
 DEFAULT_PATH = Path(".benchc") / "results.db"
 ENVIRONMENT_VARIABLE = "BENCHC_RESULTS"
-STATUSES = ("pending", "running", "ok", "failed", "timeout", "interrupted", "terminated", "cancelled",
-            "unknown")  # fmt: skip
-ENDED = ("ok", "failed", "timeout", "interrupted", "terminated", "cancelled", "unknown")
 
 # Each migration takes the database from version i to i + 1. Never edit one that has shipped.
 MIGRATIONS: tuple[str, ...] = (

@@ -20,8 +20,9 @@ from pathlib import Path
 from ..diagnostics import BenchError, error
 from ..results.metrics import load_metrics
 from ..results.untrusted_json import read_json_file
+from .interrupts import Terminated
 from .manifest import read_manifest
-from .processes import MARKER, Terminated, stop
+from .processes import MARKER, stop
 
 LOG_TAIL_LINES = 40
 

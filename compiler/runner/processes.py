@@ -16,18 +16,6 @@ MARKER = "BENCHC_RUN"  # the environment variable every process of a run inherit
 STOP_GRACE_S = 10.0  # after SIGINT/SIGTERM, before SIGKILL
 
 
-class Terminated(BaseException):
-    """benchc itself got SIGTERM or SIGHUP (a scheduler's cancel, a closed terminal)."""
-
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-def raise_terminated(signum, frame) -> None:
-    raise Terminated(signum)
-
-
 def _alive(pid: int) -> bool:
     """Running or sleeping, not a zombie (PID 1 here reaps late)."""
     try:

@@ -1,0 +1,19 @@
+"""benchc's own ending by a signal: SIGTERM or SIGHUP raised as an exception the command line
+and the runner catch, so every way out runs the same finally blocks as Ctrl-C. Kept apart
+from processes.py so the command line can catch it without importing subprocess."""
+
+from __future__ import annotations
+
+import signal
+
+
+class Terminated(BaseException):
+    """benchc itself got SIGTERM or SIGHUP (a scheduler's cancel, a closed terminal)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def raise_terminated(signum, frame) -> None:
+    raise Terminated(signum)
