@@ -1,18 +1,32 @@
-"""Harness overhead: the median step time of the generated CPU training program (S1, run the way
-a user runs it, `benchc run BUILD_POINT`) against a minimal hand-written PyTorch loop of the
-same model (diffusers SD3Transformer2DModel, same config), batch, precision (bf16 autocast),
-attention kernel, optimizer, thread count and world size (1 process).
+"""Harness overhead: the median step time of the generated CPU training program (S1) against a
+minimal hand-written PyTorch loop of the same model (diffusers SD3Transformer2DModel, same
+config), batch, precision (bf16 autocast), attention kernel, optimizer, thread count and world
+size (1 process).
 
-    python benchmarks/harness_overhead.py [--rounds N] [--steps N] [--threads N]
+    python benchmarks/harness_overhead.py [--rounds N] [--steps N] [--warmup N] [--threads N]
 
 The build: specs/sd3.bench for the cpu target on 1 node x 1 device, with the smoke model's
-shape (d2, 2 heads x 32) at batch 4 and 128x128, --steps steps of which --warmup are warmup
-(see BUILD below; --smoke itself fixes 5 steps). Both programs run as separate processes
-with OMP_NUM_THREADS=N and torch.set_num_threads(N) (the generated program takes the thread
-count from OMP_NUM_THREADS, which launch.sh keeps when it is set). Each round runs both, back
-to back, alternating which goes first (A B, B A, ...); the ratio of one round is the
-generated program's median step time over the loop's. Printed: the median ratio over the
-rounds and its spread (interquartile range, min-max). Goal: at most 1.02, spread under 0.02.
+shape (d2, 2 heads x 32) at batch 4 and 128x128, --steps steps of which --warmup are warmup.
+
+How the two are compared: step by step, taking turns. On a shared machine the speed of one
+core drifts by 20% and more over seconds (other tenants, caches, clocks), so two programs
+run one after the other see different machines, and their ratio moves as much (the earlier
+version of this benchmark measured an interquartile range of 0.14). Here both run at once
+as separate processes, pinned to the same CPU, with one thread each, and pass a token
+through two pipes so that only one of them is inside a step at any time: A's step 1, B's
+step 1, A's step 2, ... Each step's neighbours in time are the other program's, so a drift
+slower than a step (70 ms) falls on both alike. The token is taken just before a step's
+clock starts and given back just before it stops (a one-byte pipe write, a few microseconds,
+the same in both programs); the wait for it is outside the timed step.
+
+The generated program runs as generated: its own main(), timing loop and metrics file. The
+one change is its CPU adapter's synchronize(), a no-op on the CPU (nothing to wait for),
+which the core calls right before and right after each timed step: here it takes and gives
+the token. Which program goes first alternates between rounds.
+
+Printed per round and over rounds: the ratio of the two programs' median step times (the
+goal: at most 1.02, with an interquartile range over rounds under 0.02), the median of the
+step-by-step ratios, and the 10th-percentile steps.
 """
 
 from __future__ import annotations
@@ -44,18 +58,63 @@ BUILD = [
     "--set", "train.batch=4", "--set", "train.resolution=128",
 ]  # fmt: skip
 
+# Taking turns: a process holds the token while it runs a step. Shared by both programs.
+TURN = textwrap.dedent(
+    """
+    import os
+
+    class Turn:
+        \"\"\"Alternate steps with the other program through two pipes: read a byte to take the
+        token, write one to give it back. When the other program has ended (end of file, or
+        a closed pipe), run freely.\"\"\"
+
+        def __init__(self, take: int, give: int) -> None:
+            self.take, self.give, self.holding, self.alone = take, give, False, False
+
+        def flip(self) -> None:
+            if not self.holding:
+                if not self.alone and os.read(self.take, 1) == b"":
+                    self.alone = True
+                self.holding = True
+                return
+            self.holding = False
+            if not self.alone:
+                try:
+                    os.write(self.give, b"t")
+                except BrokenPipeError:
+                    self.alone = True
+    """
+)
+
+# The generated program, unchanged but for its adapter's synchronize() (see the docstring).
+GENERATED = TURN + textwrap.dedent(
+    """
+    import importlib.util, sys
+
+    take, give, metrics = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    spec = importlib.util.spec_from_file_location("bench", "bench.py")
+    program = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(program)  # defines; main() runs below, as `python bench.py` would
+    turn = Turn(take, give)
+    program.Device.synchronize = lambda self: turn.flip()
+    code = program.main(["--metrics", metrics])
+    if turn.holding:
+        turn.flip()
+    sys.exit(code)
+    """
+)
+
 # The hand-written loop: what anyone would write to time this model, nothing more. The loss is
 # SD3's rectified flow, as in the generated program, so both do the same arithmetic.
-LOOP = textwrap.dedent(
+LOOP = TURN + textwrap.dedent(
     """
-    import json, statistics, sys, time
+    import json, sys, time
     import torch
     from diffusers import SD3Transformer2DModel
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    plan, threads, out = json.loads(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-    if sys.argv[4:] == ["cpu"]:
-        time.perf_counter = time.thread_time
+    take, give, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    plan, threads = json.loads(sys.argv[4]), int(sys.argv[5])
     torch.set_num_threads(threads)
     run, config = plan["train"], plan["model"]["config"]
     torch.manual_seed(run["seed"])
@@ -67,8 +126,10 @@ LOOP = textwrap.dedent(
     latents = torch.randn(batch, config["in_channels"], size, size)
     prompt = torch.randn(batch, plan["model"]["text_tokens"], config["joint_attention_dim"])
     pooled = torch.randn(batch, config["pooled_projection_dim"])
+    turn = Turn(take, give)
     times = []
     for _ in range(run["steps"]):
+        turn.flip()
         begin = time.perf_counter()
         noise = torch.randn_like(latents)
         sigma = torch.sigmoid(torch.randn(batch))
@@ -82,6 +143,7 @@ LOOP = textwrap.dedent(
             loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        turn.flip()
         times.append(time.perf_counter() - begin)
         float(loss)
     measured = times[run["warmup"]:]
@@ -109,57 +171,48 @@ def build(work: Path, steps: int, warmup: int) -> Path:
     return point
 
 
-def _env(threads: int) -> dict:
-    return {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHON": sys.executable}
+def one_round(point: Path, plan: dict, work: Path, threads: int, cpu: int, generated_first: bool):
+    """Both programs at once, taking turns step by step: (generated, hand-written) step times."""
+    (work / "generated.py").write_text(GENERATED)
+    (work / "loop.py").write_text(LOOP)
+    a_to_b, b_to_a = os.pipe(), os.pipe()  # (read, write): generated = A, loop = B
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
 
+    def pinned() -> None:
+        os.sched_setaffinity(0, {cpu})
 
-def generated(point: Path, work: Path, threads: int) -> list[float]:
-    """benchc run of the point; the median step time of the run's metrics."""
-    db = work / "results.db"
-    subprocess.run([str(BENCHC), "run", str(point), "--db", str(db)], check=True, cwd=work,
-                   env=_env(threads), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    sys.path.insert(0, str(REPO))
-    from benchc.results.store import Store
-
-    with Store(db) as store:
-        last = store.runs()[-1]
-    assert last.status == "ok", last.cause
-    return last.metrics["step_time_s"]["all"]
-
-
-# The generated program with its clock swapped for the CPU time of its thread (all of a step's
-# work runs on the main thread with 1 intra-op thread): what the step costs, whatever else runs.
-CPU_CLOCK = (
-    "import runpy, sys, time; time.perf_counter = time.thread_time; "
-    "sys.argv = ['bench.py', '--metrics', sys.argv[1]]; runpy.run_path('bench.py', run_name='__main__')"
-)
-
-
-def generated_cpu(point: Path, work: Path, threads: int) -> list[float]:
-    """The generated program run directly (python bench.py), timed by CPU time per step."""
-    metrics = work / "cpu-metrics.json"
-    subprocess.run([sys.executable, "-c", CPU_CLOCK, str(metrics)], check=True, cwd=point,
-                   env=_env(threads), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    return json.loads(metrics.read_text())["step_time_s"]["all"]
-
-
-def hand_written(plan: dict, work: Path, threads: int, clock: str = "wall") -> list[float]:
-    script, out = work / "loop.py", work / "loop.json"
-    script.write_text(LOOP)
-    subprocess.run([sys.executable, str(script), json.dumps(plan), str(threads), str(out), clock], check=True,
-                   env=_env(threads), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    found = json.loads(out.read_text())
+    metrics, loop_out = work / "metrics.json", work / "loop.json"
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE, "env": env, "preexec_fn": pinned}
+    a = subprocess.Popen([sys.executable, str(work / "generated.py"), str(b_to_a[0]), str(a_to_b[1]),
+                          str(metrics)], cwd=point, pass_fds=(b_to_a[0], a_to_b[1]), **quiet)  # fmt: skip
+    b = subprocess.Popen([sys.executable, str(work / "loop.py"), str(a_to_b[0]), str(b_to_a[1]),
+                          str(loop_out), json.dumps(plan), str(threads)], pass_fds=(a_to_b[0], b_to_a[1]),
+                         **quiet)  # fmt: skip
+    os.write(b_to_a[1] if generated_first else a_to_b[1], b"t")  # who takes the first step
+    for fd in (*a_to_b, *b_to_a):
+        os.close(fd)  # the children hold their ends: a program's exit is the other's end of file
+    errors = [p.communicate()[1] for p in (a, b)]
+    for proc, name, err in zip((a, b), ("generated program", "hand-written loop"), errors):
+        if proc.returncode:
+            raise SystemExit(f"the {name} failed ({proc.returncode}):\n{err.decode()[-2000:]}")
+    found = json.loads(loop_out.read_text())
     assert found["threads"] == threads, found
-    return found["all"]
+    generated = json.loads(metrics.read_text())
+    assert generated["status"] == "ok", generated.get("error")
+    return generated["step_time_s"]["all"], found["all"]
+
+
+def p10(values: list[float]) -> float:
+    return statistics.quantiles(values, n=10, method="inclusive")[0]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=8)
-    parser.add_argument("--steps", type=int, default=160)
+    parser.add_argument("--steps", type=int, default=220)
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--clock", choices=("wall", "cpu", "both"), default="both")
+    parser.add_argument("--cpu", type=int, default=max(os.sched_getaffinity(0)), help="the CPU both run on")
     args = parser.parse_args()
     print(header("harness overhead"))
     with tempfile.TemporaryDirectory(prefix="benchc-harness-") as name:
@@ -167,42 +220,28 @@ def main() -> None:
         point = build(work, args.steps, args.warmup)
         plan = plan_of(point / "bench.py")
         run = plan["train"]
-        print(f"S1 cpu, 1 process, {args.threads} thread(s); model d{plan['model']['config']['num_layers']} "
-              f"{plan['params']:,} params, batch {run['micro_batch']}, {run['precision']}, "
-              f"attention {run['attention']}; {run['steps']} steps ({run['warmup']} warmup) per run, "
-              f"{args.rounds} interleaved rounds")  # fmt: skip
-        pairs = {
-            "wall": (lambda: generated(point, work, args.threads),
-                     lambda: hand_written(plan, work, args.threads)),
-            "cpu": (lambda: generated_cpu(point, work, args.threads),
-                    lambda: hand_written(plan, work, args.threads, "cpu")),
-        }  # fmt: skip
-        pairs = {clock: pair for clock, pair in pairs.items() if args.clock in (clock, "both")}
-        found: dict[str, list[tuple[float, float]]] = {}  # (generated, hand-written) per round
+        print(f"S1 cpu, 1 process each, {args.threads} thread(s), both on CPU {args.cpu}, taking turns "
+              f"step by step; model d{plan['model']['config']['num_layers']} {plan['params']:,} params, "
+              f"batch {run['micro_batch']}, {run['precision']}, attention {run['attention']}; "
+              f"{run['steps']} steps ({run['warmup']} warmup) per run, {args.rounds} rounds")  # fmt: skip
+        rows = {"median step": [], "step-by-step (median of ratios)": [], "p10 step": []}
+        medians = []
         for i in range(args.rounds):
-            for clock, (run_a, run_b) in pairs.items():
-                if i % 2 == 0:
-                    a, b = run_a(), run_b()
-                else:
-                    b, a = run_b(), run_a()
-                for stat, of in (("median", statistics.median), ("p10", p10)):
-                    found.setdefault(f"{clock} {stat}", []).append((of(a), of(b)))
-                ma, mb = statistics.median(a), statistics.median(b)
-                print(f"  round {i + 1} {clock:4}: step median generated {ma * 1e3:7.2f} ms, "
-                      f"hand-written {mb * 1e3:7.2f} ms, ratio {ma / mb:.4f}", flush=True)  # fmt: skip
-    print("wall: step times as the program measures them, run by `benchc run`; cpu: CPU time of the "
-          "step's thread, the program run directly; p10: the 10th percentile of a run's steps "
-          "(the steps least disturbed by other work on the machine)")  # fmt: skip
-    for name, values in found.items():
-        median, iqr, low, high = spread([a / b for a, b in values])
-        print(f"{name:11} ratio median {median:.4f}, IQR {iqr:.4f}, min-max {low:.4f}-{high:.4f}; "
-              f"{statistics.median(a for a, _ in values) * 1e3:.2f} ms vs "
-              f"{statistics.median(b for _, b in values) * 1e3:.2f} ms")  # fmt: skip
-    print("goal: the wall median ratio <= 1.02 with a spread (IQR) under 0.02")
-
-
-def p10(values: list[float]) -> float:
-    return statistics.quantiles(values, n=10, method="inclusive")[0]
+            a, b = one_round(point, plan, work, args.threads, args.cpu, generated_first=i % 2 == 0)
+            ma, mb = statistics.median(a), statistics.median(b)
+            medians.append((ma, mb))
+            rows["median step"].append(ma / mb)
+            rows["step-by-step (median of ratios)"].append(statistics.median(x / y for x, y in zip(a, b)))
+            rows["p10 step"].append(p10(a) / p10(b))
+            print(f"  round {i + 1} ({'generated' if i % 2 == 0 else 'loop'} first): step median generated "
+                  f"{ma * 1e3:7.2f} ms, hand-written {mb * 1e3:7.2f} ms, ratio {ma / mb:.4f}", flush=True)  # fmt: skip
+    print("ratios generated / hand-written over rounds:")
+    for label, values in rows.items():
+        median, iqr, low, high = spread(values)
+        print(f"  {label:34} median {median:.4f}, IQR {iqr:.4f}, min-max {low:.4f}-{high:.4f}")
+    print(f"  step times (median over rounds): {statistics.median(a for a, _ in medians) * 1e3:.2f} ms vs "
+          f"{statistics.median(b for _, b in medians) * 1e3:.2f} ms")  # fmt: skip
+    print("goal: the median-step ratio <= 1.02 with an IQR over rounds under 0.02")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 from scripted_points import ok_metrics
 
@@ -53,7 +54,7 @@ def test_each_ratio_is_split_into_peak_and_mfu_and_the_product_is_the_ratio(tmp_
     line = next(x for x in page.splitlines() if x.startswith("- h100 at batch-16"))
     assert f"1.50x gaudi2 = peak {sig(peak)}x" in line, line
     assert f"x MFU {sig(mfu)}x" in line and "product" not in line, line  # product == ratio
-    assert "- cpu at batch-16: 0.100x, not split: the dense peak of cpu is unknown" in page
+    assert "- cpu at batch-16: 0.100x gaudi2, not split: the dense peak of cpu is unknown" in page
     assert "No prices were given" in page
 
 
@@ -112,3 +113,162 @@ def test_a_bad_prices_file_is_a_located_error_and_nothing_is_written(tmp_path):
         assert not out.exists(), name
     proc = benchc("report", "--prices", str(tmp_path / "missing.toml"), "-o", str(tmp_path / "o"), db=db)
     assert proc.returncode == 2 and "no such file" in proc.stderr
+
+
+# ------------------------------------------------------------------ built points: roofline kept
+
+
+def built_run(
+    tmp_path, spec: str, target: str, share: float, overrides=(), name: str = "m"
+) -> tuple[dict, Path]:
+    """Compile one real point of a reference spec for `target` and write beside its manifest a
+    run that reached `share` of the bound that applies to it (the memory bound for generation,
+    the compute bound otherwise), as the program would record it."""
+    from benchc.codegen.build import compile_plans
+    from benchc.pipeline import plan_spec
+
+    (plan,) = plan_spec(REPO / "specs" / spec, targets=[target], overrides=list(overrides)).plans
+    (built,) = compile_plans((plan,), tmp_path / f"build-{name}-{target}")
+    manifest = json.loads((built.path / "manifest.json").read_text())
+    line = manifest["plan"]["roofline"]
+    world = line["world"]
+    generation = plan.workload.kind == "infer" and plan.model.kind == "llama"
+    job = share * (line["memory_bound_items_per_s"] if generation else line["items"] / line["seconds"])
+    m = ok_metrics(job, target=target, point=plan.point)
+    m.update(experiment=plan.experiment, smoke=False, workload=plan.workload.kind, metric=plan.measure.metric,
+             world_size=world)  # fmt: skip
+    m["throughput"] = {"unit": line["unit"], "job": job, "per_device": job / world, "samples_per_step": 1}
+    peak = line["peak_flops_per_device"]
+    achieved = job * line["flops_per_item"] / world
+    m["flops"] = {"model_flops_per_sample": line["flops_per_item"], "achieved_per_device": achieved,
+                  "peak_per_device": peak, "mfu": achieved / peak}  # fmt: skip
+    if generation:
+        w = plan.workload
+        m["generation"] = {"batch": w.batch, "input_tokens": w.input_tokens, "output_tokens": w.output_tokens,
+                           "ttft_s": 0.05, "tpot_s": 0.02, "first_sequence": [1, 2]}  # fmt: skip
+    path = built.path / "metrics.json"
+    path.write_text(json.dumps(m))
+    return line, path
+
+
+def ingest_all(tmp_path, *paths) -> Path:
+    db = tmp_path / "r.db"
+    proc = benchc("ingest", *map(str, paths), db=db)
+    assert proc.returncode == 0, proc.stderr
+    return db
+
+
+def test_generation_ratios_split_into_bandwidth_and_its_utilisation(tmp_path):
+    g_line, g = built_run(tmp_path, "beluga-infer.bench", "gaudi2", 0.30)
+    h_line, h = built_run(tmp_path, "beluga-infer.bench", "h100", 0.20)
+    db = ingest_all(tmp_path, g, h)
+    proc = benchc("report", "--baseline", "gaudi2", "-o", str(tmp_path / "out"), db=db)
+    assert proc.returncode == 0, proc.stderr
+    page = (tmp_path / "out" / "report.md").read_text()
+    line = next(x for x in page.splitlines() if x.startswith("- h100 at default:") and "HBM" in x)
+    ratio = 0.20 * h_line["memory_bound_items_per_s"] / (0.30 * g_line["memory_bound_items_per_s"])
+    hbm = TARGETS["h100"].hbm_tb_s / TARGETS["gaudi2"].hbm_tb_s
+    assert f"{sig(ratio)}x gaudi2 = HBM bandwidth {sig(hbm)}x" in line, line
+    assert f"bandwidth utilisation {sig(0.20 / 0.30)}x (20.0% / 30.0% of the throughput" in line, line
+    assert "product" not in line, line  # the split multiplies back to the ratio
+    # each run against its bound: prefill compute-bound, decode memory-bound (the plan's roofline)
+    bound = next(x for x in page.splitlines() if x.startswith("- h100 at default: the roofline allows"))
+    assert "prefill compute-bound, decode memory-bound" in bound, bound
+    best = h_line["best"]
+    assert f"at best {sig(best)} output tokens/s" in bound
+    assert f"{sig(0.20 * h_line['memory_bound_items_per_s'] / best * 100)}% of it" in bound, bound
+
+
+def test_every_pair_of_targets_is_explained_and_runs_sit_on_a_roofline_chart(tmp_path):
+    shares = {"gaudi2": 0.5, "h100": 0.25, "a100": 0.4}
+    lines = {t: built_run(tmp_path, "sd3.bench", t, s, ["train.batch=16"]) for t, s in shares.items()}
+    db = ingest_all(tmp_path, *(path for _, path in lines.values()))
+    proc = benchc("report", "--baseline", "gaudi2", "-o", str(tmp_path / "out"), db=db)
+    assert proc.returncode == 0, proc.stderr
+    page = (tmp_path / "out" / "report.md").read_text()
+    pairs = [x for x in page.splitlines() if x.startswith("- ") and " = peak " in x]
+    assert [x.split(":")[0] + " vs " + x.split("x ")[1].split(" =")[0] for x in pairs] == [
+        "- a100 at default vs gaudi2", "- h100 at default vs gaudi2", "- h100 at default vs a100",
+    ], pairs  # fmt: skip
+    mfu = {t: json.loads(path.read_text())["flops"]["mfu"] for t, (_, path) in lines.items()}
+    assert f"x MFU {sig(mfu['h100'] / mfu['a100'])}x" in pairs[-1], pairs[-1]
+    for target, share in shares.items():  # each run against its bound, at the share it reached
+        bound = next(x for x in page.splitlines() if x.startswith(f"- {target} at default: the roofline"))
+        assert f"{sig(share * 100)}% of it" in bound and "step " in bound, bound
+    chart = tmp_path / "out" / "sd3_mmdit_train-roofline.png"
+    assert chart.exists() and chart.stat().st_size > 10_000
+    assert "sd3_mmdit_train-roofline.png" in page
+    from benchc.report.collect import sections
+    from benchc.report.plot import roofline_points
+    from benchc.results.store import Store
+
+    with Store(db) as store:
+        (section,) = sections(store.latest_runs(None), "gaudi2")
+    placed = {label: (x, y) for label, x, y, _, _ in roofline_points(section)}
+    assert set(placed) == {"gaudi2 default", "h100 default", "a100 default"}
+    for target, (line, _) in lines.items():
+        x, y = placed[f"{target} default"]
+        assert x == line["intensity_flops_per_byte"] > 0
+        assert abs(y / (mfu[target] * line["peak_flops_per_device"]) - 1) < 1e-9  # achieved FLOP/s
+
+
+def test_a_run_without_a_kept_roofline_says_why_it_has_no_bound(tmp_path):
+    db = stored(tmp_path, metrics_for("gaudi2", 100.0), metrics_for("h100", 150.0))
+    proc = benchc("report", "-o", str(tmp_path / "out"), db=db)
+    assert proc.returncode == 0, proc.stderr
+    page = (tmp_path / "out" / "report.md").read_text()
+    assert "- h100 at batch-16: no bound: the run kept no roofline" in page
+    assert not (tmp_path / "out" / "sd3_mmdit_train-roofline.png").exists()
+
+
+def test_the_specs_prices_are_used_and_a_prices_file_replaces_them(tmp_path):
+    spec = tmp_path / "priced.bench"
+    text = (REPO / "specs" / "sd3.bench").read_text()
+    spec.write_text(text.rstrip().removesuffix("}") + '\n  prices {\n    currency = "EUR"\n'
+                    "    per_device_hour { h100 = 4.0; gaudi2 = 2.0 }\n  }\n}\n")  # fmt: skip
+    for include in (REPO / "specs" / "common").glob("*.bench"):
+        (tmp_path / "common").mkdir(exist_ok=True)
+        (tmp_path / "common" / include.name).write_text(include.read_text())
+    paths = []
+    for target in ("gaudi2", "h100"):
+        from benchc.codegen.build import compile_plans
+        from benchc.pipeline import plan_spec
+
+        (plan,) = plan_spec(spec, targets=[target], overrides=["train.batch=16"]).plans
+        assert plan.prices.currency == "EUR" and dict(plan.prices.per_device_hour)["h100"] == 4.0
+        (built,) = compile_plans((plan,), tmp_path / f"b-{target}")
+        m = metrics_for(target, 100.0 if target == "gaudi2" else 150.0)
+        m["experiment"] = plan.experiment
+        (built.path / "metrics.json").write_text(json.dumps(m))
+        paths.append(built.path / "metrics.json")
+    db = ingest_all(tmp_path, *paths)
+    proc = benchc("report", "--baseline", "gaudi2", "-o", str(tmp_path / "out"), db=db)
+    assert proc.returncode == 0, proc.stderr
+    page = (tmp_path / "out" / "report.md").read_text()
+    assert f"- h100 at batch-16: {sig(2 * 4.0 / 3600 / 150.0 * 1000)} EUR per 1,000 images" in page
+    prices = tmp_path / "prices.toml"
+    prices.write_text('currency = "USD"\n[per_device_hour]\nh100 = 8.0\n')
+    proc = benchc("report", "--prices", str(prices), "-o", str(tmp_path / "out2"), db=db)
+    assert proc.returncode == 0, proc.stderr
+    page = (tmp_path / "out2" / "report.md").read_text()
+    assert f"- h100 at batch-16: {sig(2 * 8.0 / 3600 / 150.0 * 1000)} USD per 1,000 images" in page
+    assert "EUR" not in page and f"no price in {prices} for: gaudi2" in page
+
+
+def test_a_bad_prices_block_is_refused_by_check_at_its_place(tmp_path):
+    spec = tmp_path / "bad.bench"
+    spec.write_text(
+        'experiment e {\n  model mmdit { preset = "sd3-medium" }\n  train { batch = 16 }\n'
+        "  targets = [h100]\n  prices {\n    currency = \"U S D\"\n"
+        "    per_device_hour { h10 = 4.0; h100 = 0 }\n  }\n  sweep prices.currency = [\"A\", \"B\"]\n}\n"
+    )  # fmt: skip
+    proc = subprocess.run([sys.executable, "-m", "benchc", "check", str(spec)], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f'{spec}:6:16: error: "U S D" is not a valid prices.currency' in proc.stderr
+    assert f"{spec}:7:23: error: unknown target 'h10' in prices" in proc.stderr
+    assert f"{spec}:7:41: error: prices.per_device_hour.h100 must be greater than 0" in proc.stderr
+    spec.write_text(spec.read_text().replace('"U S D"', '"USD"').replace("h10 = 4.0; h100 = 0", "h100 = 4"))
+    proc = subprocess.run([sys.executable, "-m", "benchc", "check", str(spec)], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 2 and "'prices.currency' cannot be swept" in proc.stderr, proc.stderr

@@ -308,7 +308,16 @@ def test_gaudi_tensor_parallel_path_builds_on_meta_and_fills_its_shards_on_two_c
     text = text.replace('"meta_init": False', '"meta_init": True')
     dtensor = 'return tensor_parallel(model, "cpu", degree)'
     assert text.count(dtensor) == 1
-    text = text.replace(dtensor, "return deepspeed_tensor_parallel(model, degree, dtype, graphs)")
+    # DeepSpeed's shared-memory all-reduce for CPUs (a JIT-built kernel, never used on Gaudi,
+    # whose all-reduce is HCCL's) crashes with SIGSEGV on some CPUs (seen on an AVX-512 Xeon,
+    # fine on AMD EPYC): level 0 makes DeepSpeed take torch.distributed's all_reduce instead.
+    cpu_all_reduce = (
+        "import deepspeed.comm\n"
+        "        deepspeed.init_distributed()\n"
+        "        deepspeed.comm.comm.cdb.shm_vector_kernel_level = 0\n        "
+    )
+    split = "return deepspeed_tensor_parallel(model, degree, dtype, graphs)"
+    text = text.replace(dtensor, cpu_all_reduce + split)
     program.write_text(text)
     proc = launch_nodes(point, {**os.environ, "PYTHON": sys.executable, "OMP_NUM_THREADS": "1"}, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

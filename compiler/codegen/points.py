@@ -9,6 +9,7 @@ import jinja2
 
 from .. import __version__
 from ..catalog.versions import checked_with
+from ..plan.roofline import roofline
 from ..plan.types import Plan
 from .launchers import JOB, LAUNCHER, launcher_kind, render_job, render_launcher, usage, wants_job
 from .programs import METRICS_SCHEMA_VERSION, PROGRAM, render_program
@@ -48,7 +49,9 @@ def render_manifest(plan: Plan, files: dict[str, str]) -> str:
             "metrics_schema": f"benchc-metrics/{METRICS_SCHEMA_VERSION}",
         },
         "checked_with": checked_with(plan.target.family),
-        "plan": plan.to_dict(),
+        # the plan, with its roofline (plan/roofline.py) as numbers: the report sets each run
+        # against the bound that applies to it
+        "plan": {**plan.to_dict(), "roofline": roofline(plan).record() if plan.cost else None},
     }
     return json.dumps(manifest, indent=2, sort_keys=True) + "\n"
 

@@ -14,6 +14,7 @@ from .. import __version__
 from ..catalog.sd3_components import CLIP_TOKENS
 from ..catalog.sd3_components import FULL as FULL_PARTS
 from ..catalog.sd3_components import SMOKE as SMOKE_PARTS
+from ..plan.memory import meta_init
 from ..plan.types import LlamaModel, MMDiTModel, Plan, SD3Pipeline, TrainWorkload
 from .environment import environment
 
@@ -53,26 +54,6 @@ def _mmdit_model(model: MMDiTModel, work: TrainWorkload) -> dict:
     }
 
 
-META_INIT_PARAMS = 2e9  # inference: from this size, split the model before allocating it
-
-
-def _meta_init(model: LlamaModel, work, family: str) -> bool:
-    """Build on the meta device and allocate only this rank's shards? Training with FSDP2
-    always does (random weights need no loading). Tensor-parallel inference does for models
-    of 2B parameters and more: DTensor on CPU and CUDA, DeepSpeed's AutoTP on Gaudi (it
-    materialises a meta model's shards on the card; the program then fills them)."""
-    if model.weights is not None:
-        return False
-    if isinstance(work, TrainWorkload):
-        return True
-    from ..plan.flops import llama_params
-
-    size = llama_params(
-        model.hidden, model.layers, model.heads, model.kv_heads, model.intermediate, model.vocab
-    )
-    return size >= META_INIT_PARAMS
-
-
 def _llama_model(model: LlamaModel, work, family: str) -> dict:
     # Gaudi's Llama runs its own attention (FusedSDPA via forward options); elsewhere the
     # spec's kernel picks transformers' implementation, and the adapter narrows SDPA.
@@ -80,7 +61,7 @@ def _llama_model(model: LlamaModel, work, family: str) -> dict:
     return {
         "kind": model.kind,
         "weights": model.weights,
-        "meta_init": _meta_init(model, work, family),
+        "meta_init": meta_init(model, work),
         # keyword arguments of transformers.LlamaConfig
         "config": {
             "hidden_size": model.hidden,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..diagnostics import BenchError, Diagnostic, Source, Span, error
@@ -93,11 +94,13 @@ def submit(args) -> int:
     from ..results.store import Store
     from .results import _environment
 
-    if args.repeat is not None and not 1 <= args.repeat <= 100:
-        raise error("--repeat must be between 1 and 100", None)
-    options = _flag_options(args)
-    slurm.command("sbatch")  # before compiling: say at once that this is no login node
-    points = _points(args)
+    options = _flag_options(args)  # --repeat is bounded by its flag type, as for `run`
+    if Path(args.spec).is_dir():  # a build folder: what it lacks is said first
+        points = _points(args)
+        slurm.command("sbatch")
+    else:  # a spec: say at once that this is no login node, before compiling anything
+        slurm.command("sbatch")
+        points = _points(args)
     if not points:
         raise error(f"no build points to submit under '{args.spec}'", None)
     env, cluster = slurm.environment_for_jobs(), slurm.cluster_name()

@@ -90,6 +90,8 @@ def _record(plan) -> dict:
         "memory": {
             "parts": [{"name": p.name, "bytes": p.bytes, "formula": p.formula} for p in memory.parts],
             "total_bytes": memory.total,
+            "steady_bytes": memory.steady,
+            "build_bytes": memory.build,
             "capacity_bytes": memory.capacity,
             "fits": memory.fits,
             "tight": memory.tight,
@@ -97,26 +99,7 @@ def _record(plan) -> dict:
             "activations_without_checkpointing_bytes": memory.activations_off,
             "activations_with_checkpointing_bytes": memory.activations_on,
         },
-        "roofline": {
-            "phases": [
-                {
-                    "name": phase.name,
-                    "binding": phase.binding.name if phase.binding else None,
-                    "seconds": phase.seconds,
-                    "bounds": [
-                        {"name": b.name, "seconds": b.seconds, "detail": b.detail} for b in phase.bounds
-                    ],
-                }
-                for phase in line.phases
-            ],  # fmt: skip
-            "seconds": line.seconds,
-            "metric": line.metric,
-            "unit": line.unit,
-            "lower_is_better": line.lower_is_better,
-            "best": line.best,
-            "best_per_device": None if line.best is None or line.lower_is_better else line.best / line.world,
-            "flops_per_item": line.flops_per_item,
-        },
+        "roofline": line.record(),
         "references": [
             {
                 "label": v.label,
@@ -172,6 +155,10 @@ def _text(record: dict, plan) -> str:
             ]
             extra = f" ({'without' if other else 'with'} checkpointing: {_gb(value)})"
         lines.append(f"    {part['name']:<13}{_gb(part['bytes']):>10}  {part['formula']}{extra}")
+    if m["build_bytes"]:
+        peak = "  <- the peak" if m["build_bytes"] > m["steady_bytes"] else ""
+        lines.append(f"    {'(build)':<13}{_gb(m['build_bytes']):>10}  before the parts above: the whole "
+                     f"model built in fp32 (4 B x P) before it is sharded, split or cast{peak}")  # fmt: skip
     r = record["roofline"]
     for phase in r["phases"]:
         lines.append(

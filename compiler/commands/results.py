@@ -321,6 +321,8 @@ def file_name(text: str) -> str:
 
 
 def report(args) -> int:
+    import hashlib
+
     from ..report.collect import sections
     from ..report.render import html_page, key, markdown
     from ..results.store import open_existing, store_path
@@ -349,18 +351,35 @@ def report(args) -> int:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise error(f"cannot write reports into '{out}': {exc.strerror or exc}", None) from None
-    charts, written = {}, []
+    charts: dict[str, list[str]] = {}
+    written = []
     try:
-        from ..report.plot import bar_chart
-    except ImportError:  # matplotlib comes with the run extra
-        bar_chart = None
+        import matplotlib  # noqa: F401 - the run extra's; charts are drawn only where it is
+
+        from ..report.plot import bar_chart, roofline_chart
+    except ImportError:
+        bar_chart = roofline_chart = None
         print("benchc: no charts (matplotlib is not installed: pip install 'benchc[run]')", file=sys.stderr)
+    used: set[str] = set()
+
+    def chart_name(stem: str) -> str:  # two sections never share a file
+        name = f"{file_name(stem)}.png"
+        if name in used:
+            digest = hashlib.sha256(stem.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+            name = f"{file_name(stem)}-{digest}.png"
+        used.add(name)
+        return name
+
     for section in found:
         if section.rows and bar_chart is not None:
-            name = f"{file_name(key(section))}.png"
+            name = chart_name(key(section))
             bar_chart(section, out / name)
-            charts[key(section)] = name
+            charts[key(section)] = [name]
             written.append(out / name)
+            name = chart_name(key(section) + "-roofline")
+            if roofline_chart(section, out / name):  # only where a run can sit on a roofline
+                charts[key(section)].append(name)
+                written.append(out / name)
     name = file_name(args.experiment or "report") + (".md" if args.format == "md" else ".html")
     page = markdown(found, charts, prices) if args.format == "md" else html_page(found, charts, prices)
     (out / name).write_text(page, encoding="utf-8")

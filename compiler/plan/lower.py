@@ -26,6 +26,7 @@ from .types import (
     Optimizer,
     Parallel,
     Plan,
+    PriceList,
     Reference,
     SD3Pipeline,
     Slurm,
@@ -345,7 +346,16 @@ def build(resolved: Resolved, variant: Variant, target: Target, smoke: bool,
         ),
         overrides=overrides,
         cost=_cost(model, workload),
+        prices=_prices(r.settings.get(("prices",))),
     )
+
+
+def _prices(block) -> PriceList | None:
+    """The spec's prices (validated by the schema and check_names), or None."""
+    if not isinstance(block, dict) or not block.get("per_device_hour"):
+        return None
+    table = tuple(sorted((str(k), float(v)) for k, v in block["per_device_hour"].items()))
+    return PriceList(str(block.get("currency", "USD")), table)
 
 
 def _cost(model, workload) -> ModelCost | None:

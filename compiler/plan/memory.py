@@ -15,13 +15,17 @@ training, the model built in fp32 (torch's default) then:
   (embeddings, head) and two blocks in b, and one block's gradient in b and in fp32
 - zero1/2/3 (DeepSpeed, the model cast to b): weights bP (P/N for ZeRO-3); gradients bP
   (P/N from ZeRO-2) plus the fp32 gradient partition of the step 4P/N; fp32 master 4P/N and
-  moments 8P/N; the reduce bucket (5e8 elements); for ZeRO-3 the gathered blocks
+  moments 8P/N; the reduce bucket (5e8 elements, allocated whole); for ZeRO-3 the gathered
+  blocks
 activations: a per-layer formula in bytes per token (_mmdit_block, _llama_layer), x tokens x
 micro batch; with activation checkpointing each layer keeps only its input, and one layer is
 recomputed at a time.
 inference: weights in b (tensor parallel splits each layer's projections, embeddings and head
 replicated); the static KV cache 2 x layers x batch x kv_heads/t x head_dim x (in + out) x b;
 a working set for the largest transient tensors.
+build: where the program builds the whole model in fp32 before sharding, splitting or casting
+it (not on the meta device, not under ZeRO-3), 4P on every device; the peak is the larger of
+that and the steady parts above.
 """
 
 from __future__ import annotations
@@ -53,10 +57,17 @@ class Memory:
     capacity: float | None  # bytes of the target's memory; None: unknown
     activations_off: float | None = None  # training: activations without checkpointing
     activations_on: float | None = None  # ... and with it
+    build: float = 0.0  # the model built whole in fp32 before it is sharded, split or cast
+
+    @property
+    def steady(self) -> float:
+        """The parts held together while the timed work runs."""
+        return sum(p.bytes for p in self.parts)
 
     @property
     def total(self) -> float:
-        return sum(p.bytes for p in self.parts)
+        """The peak: the steady state, or the build before it where that is larger."""
+        return max(self.steady, self.build)
 
     @property
     def fits(self) -> bool | None:
@@ -151,6 +162,42 @@ def local_weights(plan: Plan) -> float:
     return m.layers * ((block - norms) / t + norms) + root
 
 
+# ------------------------------------------------------------------ building the model
+
+META_INIT_PARAMS = 2e9  # inference: from this size, split the model before allocating it
+
+
+def meta_init(model, work) -> bool:
+    """Does the program build this Llama on the meta device and allocate only each rank's
+    shards? Training with FSDP2 always does (random weights need no loading). Tensor-parallel
+    inference does for models of 2B parameters and more: DTensor on CPU and CUDA, DeepSpeed's
+    AutoTP on Gaudi (it materialises a meta model's shards on the card; the program then fills
+    them). A model with local weights is loaded whole. (The MMDiT is always built whole.)"""
+    if not isinstance(model, LlamaModel) or model.weights is not None:
+        return False
+    if not isinstance(work, InferWorkload):
+        return True
+    size = llama_params(
+        model.hidden, model.layers, model.heads, model.kv_heads, model.intermediate, model.vocab
+    )
+    return size >= META_INIT_PARAMS
+
+
+def whole_build(plan: Plan) -> float:
+    """Bytes each device holds when the program builds the whole model in torch's default
+    fp32 before sharding, splitting or casting it (0 where it builds on the meta device or
+    DeepSpeed's ZeRO-3 partitions each parameter as it is created)."""
+    w, p = plan.workload, plan.parallel
+    if isinstance(w, InferWorkload):
+        on_meta = p.tensor > 1 and meta_init(plan.model, w)
+        return 0.0 if on_meta else FP32 * sum(parameters(plan).values())
+    if p.sharding == "zero3" and plan.cluster.world_size > 1:
+        return 0.0
+    if p.sharding == "fsdp" and plan.cluster.world_size > 1 and meta_init(plan.model, w):
+        return 0.0
+    return FP32 * plan.cost.params
+
+
 # ------------------------------------------------------------------ training states
 
 
@@ -201,7 +248,8 @@ def training_states(plan: Plan) -> list[Part]:
         Part("gradients", b * p / grads_n + FP32 * p / n,
              f"{b}-byte gradients{' / N' if stage >= 2 else ''}, + the step's fp32 partition 4 B x P / N"),
         Part("optimizer", (master + k) * p / n, f"fp32 master weights, {name} state: {master + k} B x P / N"),
-        Part("buckets", b * min(p, ZERO_REDUCE_BUCKET), f"DeepSpeed's reduce bucket: {b} B x 5e8 elements"),
+        # allocated whole, whatever the model's size (measured: tests/test_memory_estimate.py)
+        Part("buckets", b * ZERO_REDUCE_BUCKET, f"DeepSpeed's reduce bucket: {b} B x 5e8 elements"),
     ]  # fmt: skip
     if stage == 3:
         parts.append(
@@ -346,7 +394,7 @@ def estimate_memory(plan: Plan) -> Memory:
             )
         working, how = inference_working(plan)
         parts.append(Part("activations", working, how))
-        return Memory(tuple(parts), capacity)
+        return Memory(tuple(parts), capacity, build=whole_build(plan))
     off = training_activations(plan, False)
     on = training_activations(plan, True)
     checkpointing = plan.parallel.activation_checkpointing
@@ -356,4 +404,4 @@ def estimate_memory(plan: Plan) -> Memory:
         *training_states(plan),
         Part("activations", on if checkpointing else off, f"micro batch {batch}: {how}"),
     ]
-    return Memory(tuple(parts), capacity, off, on)
+    return Memory(tuple(parts), capacity, off, on, whole_build(plan))

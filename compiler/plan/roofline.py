@@ -33,6 +33,7 @@ class Bound:
     name: str  # compute | memory | interconnect
     seconds: float | None  # None: the target lacks the figure
     detail: str  # the arithmetic
+    amount: float = 0.0  # what the resource must do per device: FLOPs, or bytes moved
 
 
 @dataclass(frozen=True)
@@ -60,11 +61,63 @@ class Roofline:
     world: int
     flops_per_item: float  # model FLOPs per unit of the metric's work (image, token, sequence)
     items_per_unit: str  # what that unit is
+    items: float = 0.0  # units of work the job does in one timed unit (step, call, generate)
+    peak_flops: float | None = None  # the target's dense peak per device, in the plan's precision
+    hbm_tb_s: float | None = None
 
     @property
     def seconds(self) -> float | None:
         times = [p.seconds for p in self.phases]
         return None if any(t is None for t in times) else sum(times)
+
+    def _total(self, name: str) -> float:
+        return sum(b.amount for p in self.phases for b in p.bounds if b.name == name)
+
+    @property
+    def intensity(self) -> float | None:
+        """FLOPs per byte of HBM traffic of one device over the timed unit: the x of a roofline plot."""
+        nbytes = self._total("memory")
+        return self._total("compute") / nbytes if nbytes else None
+
+    @property
+    def memory_bound(self) -> float | None:
+        """The job's throughput (units of work per second) that the HBM bandwidth alone allows."""
+        floors = [next((b.seconds for b in p.bounds if b.name == "memory"), None) for p in self.phases]
+        if not floors or any(f is None for f in floors) or not sum(floors):
+            return None
+        return self.items / sum(floors)
+
+    def record(self) -> dict:
+        """As plain data: what `benchc estimate --json` prints and each build's manifest keeps
+        (in its plan, for the report)."""
+        return {
+            "phases": [
+                {
+                    "name": phase.name,
+                    "binding": phase.binding.name if phase.binding else None,
+                    "seconds": phase.seconds,
+                    "bounds": [
+                        {"name": b.name, "seconds": b.seconds, "amount": b.amount, "detail": b.detail}
+                        for b in phase.bounds
+                    ],
+                }
+                for phase in self.phases
+            ],  # fmt: skip
+            "seconds": self.seconds,
+            "metric": self.metric,
+            "unit": self.unit,
+            "lower_is_better": self.lower_is_better,
+            "best": self.best,
+            "best_per_device": None if self.best is None or self.lower_is_better else self.best / self.world,
+            "flops_per_item": self.flops_per_item,
+            "items_per_unit": self.items_per_unit,
+            "items": self.items,
+            "world": self.world,
+            "intensity_flops_per_byte": self.intensity,
+            "memory_bound_items_per_s": self.memory_bound,
+            "peak_flops_per_device": self.peak_flops,
+            "hbm_tb_s": self.hbm_tb_s,
+        }
 
 
 def _gb(value: float) -> str:
@@ -78,17 +131,22 @@ def _compute(plan: Plan, flops: float, what: str) -> Bound:
     peak = plan.target.peak_flops(plan.workload.precision)
     if peak is None:
         return Bound(
-            "compute", None, f"{flops:.3e} FLOPs; no {plan.workload.precision} peak for {plan.target.name}"
+            "compute",
+            None,
+            f"{flops:.3e} FLOPs; no {plan.workload.precision} peak for {plan.target.name}",
+            flops,
         )
     return Bound("compute", flops / peak, f"{flops:.3e} FLOPs ({what}) / {peak / 1e12:g} TFLOP/s "
-                 f"{plan.workload.precision} peak")  # fmt: skip
+                 f"{plan.workload.precision} peak", flops)  # fmt: skip
 
 
 def _memory(plan: Plan, nbytes: float, what: str) -> Bound:
     bandwidth = plan.target.hbm_tb_s
     if bandwidth is None:
-        return Bound("memory", None, f"{_gb(nbytes)} ({what}); no HBM bandwidth for {plan.target.name}")
-    return Bound("memory", nbytes / (bandwidth * 1e12), f"{_gb(nbytes)} ({what}) / {bandwidth:g} TB/s HBM")
+        return Bound("memory", None, f"{_gb(nbytes)} ({what}); no HBM bandwidth for {plan.target.name}",
+                     nbytes)  # fmt: skip
+    return Bound("memory", nbytes / (bandwidth * 1e12), f"{_gb(nbytes)} ({what}) / {bandwidth:g} TB/s HBM",
+                 nbytes)  # fmt: skip
 
 
 def _interconnect(plan: Plan, collectives: list[tuple[str, float, int, float]]) -> Bound | None:
@@ -106,10 +164,10 @@ def _interconnect(plan: Plan, collectives: list[tuple[str, float, int, float]]) 
             continue
         if bandwidth is None:
             return Bound("interconnect", None, f"{what}: {_gb(volume)} per device over {link}, "
-                         f"whose bandwidth {t.name} does not state")  # fmt: skip
+                         f"whose bandwidth {t.name} does not state", up + out)  # fmt: skip
         times.append(volume / (bandwidth * 1e9))
         parts.append(f"{_gb(volume)} / {bandwidth:g} GB/s {link}")
-    return Bound("interconnect", max(times), f"{what}: " + ", ".join(parts) + " per device")
+    return Bound("interconnect", max(times), f"{what}: " + ", ".join(parts) + " per device", up + out)
 
 
 def _training(plan: Plan) -> Phase:
@@ -218,7 +276,10 @@ def roofline(plan: Plan) -> Roofline:
         best = {"s_per_image": total / max(items, 1), "ttft_s": seconds[0],
                 "tpot_s": seconds[-1] / max(w.output_tokens - 1, 1) if len(phases) > 1 else None,
                 }.get(metric, items / total)  # fmt: skip
-    return Roofline(phases, metric, UNITS[metric], lower, best, world, per, label)
+    peak = plan.target.peak_flops(w.precision)
+    return Roofline(
+        phases, metric, UNITS[metric], lower, best, world, per, label, items, peak, plan.target.hbm_tb_s
+    )
 
 
 # ------------------------------------------------------------------ references
@@ -278,11 +339,10 @@ def judge(plan: Plan, line: Roofline, ref) -> Verdict:
                        else f"the figure is {of_bound:.2f}x as fast as that" if impossible
                        else f"the figure reaches {of_bound:.0%} of that speed"))  # fmt: skip
     share = None
-    if isinstance(plan.model, LlamaModel) and isinstance(plan.workload, InferWorkload) and rate is not None:
-        floors = [next((b.seconds for b in p.bounds if b.name == "memory"), None) for p in line.phases]
-        if all(f is not None for f in floors):
-            share = job / (plan.workload.batch * plan.workload.output_tokens / sum(floors))
-            text.append(f"{share:.0%} of the throughput the HBM bandwidth alone allows")
+    generation = isinstance(plan.model, LlamaModel) and isinstance(plan.workload, InferWorkload)
+    if generation and rate is not None and line.memory_bound is not None:
+        share = job / line.memory_bound
+        text.append(f"{share:.0%} of the throughput the HBM bandwidth alone allows")
     if impossible:
         text.append(
             "impossible under the stated configuration: the published run must differ "

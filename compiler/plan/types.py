@@ -169,6 +169,15 @@ class Reference:
 
 
 @dataclass(frozen=True)
+class PriceList:
+    """The spec's `prices` block: what one device of a target costs for one hour (the user's
+    figures; benchc ships none). Reports use it when no --prices FILE is given."""
+
+    currency: str
+    per_device_hour: tuple[tuple[str, float], ...]  # (target, price), sorted by target
+
+
+@dataclass(frozen=True)
 class SpecInfo:
     path: str
     sha256: str
@@ -194,6 +203,7 @@ class Plan:
     spec: SpecInfo
     overrides: tuple[str, ...]  # the --set arguments, as given
     cost: ModelCost | None  # parameters and model FLOPs per sample (None: not modelled yet)
+    prices: PriceList | None = None  # the spec's prices block (None: none)
     schema_version: int = PLAN_SCHEMA_VERSION
 
     def to_dict(self) -> dict:
@@ -202,4 +212,6 @@ class Plan:
         data["spec"]["files"] = [{"path": p, "sha256": h} for p, h in self.spec.files]
         if isinstance(self.workload, TrainWorkload):
             data["workload"]["measured_steps"] = self.workload.measured_steps
+        if self.prices is not None:
+            data["prices"]["per_device_hour"] = dict(self.prices.per_device_hour)
         return data

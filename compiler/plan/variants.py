@@ -19,7 +19,7 @@ from ..frontend.document import Document, Origin, record_origins
 from ..frontend.parser import parse_text
 
 MAX_POINT_CHARS = 120  # a point names a folder; the file system takes 255
-UNSWEEPABLE = ("targets", "reference", "on", "description")
+UNSWEEPABLE = ("targets", "reference", "on", "description", "prices")
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,7 @@ class Row:
     references: tuple[Reference, ...]
     run_ids: tuple[str, ...]
     ratio: float | None = None  # to the baseline target at this point: > 1 is better
+    roofline: dict | None = None  # the build's roofline (plan/roofline.py record); None: not kept
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,7 @@ class Section:
     rows: tuple[Row, ...]
     failed: tuple[RunRecord, ...]  # runs of this experiment that did not end ok (latest series)
     unplaced: tuple[tuple[str, str], ...]  # (reference label, why it is not in the table)
+    prices: dict | None = None  # the spec's `prices` block, as its plan keeps it (None: none)
 
 
 def _median(values):
@@ -203,6 +205,8 @@ def sections(runs: list[RunRecord], baseline: str | None = None) -> list[Section
         )
         row = _row(trials, metric_of(metrics[(experiment, smoke)]))
         if row is not None:
+            line = plan.get("roofline")
+            row = replace(row, roofline=line if isinstance(line, dict) else None)
             by_section[(experiment, smoke)].append(row)
             plans[(experiment, smoke)][(point, target)] = plan
     result = []
@@ -216,6 +220,8 @@ def sections(runs: list[RunRecord], baseline: str | None = None) -> list[Section
         base = {r.point: r.headline.median for r in rows if r.target == chosen}
         rows = [replace(r, ratio=_ratio(r, base, metric)) for r in rows]
         points = tuple(dict.fromkeys(r.point for r in rows))
+        priced = [p.get("prices") for p in plans.get(key, {}).values() if isinstance(p.get("prices"), dict)]
         result.append(Section(experiment, smoke, metric, chosen, points, targets, tuple(rows),
-                              tuple(failures.get(key, [])), tuple(unplaced)))  # fmt: skip
+                              tuple(failures.get(key, [])), tuple(unplaced),
+                              priced[-1] if priced else None))  # fmt: skip
     return result

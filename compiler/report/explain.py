@@ -1,7 +1,9 @@
-"""Why a ratio is what it is: each target's ratio to the baseline at a point, split into the
-hardware's share and the software's, and what a unit of work costs where prices are given.
+"""Why a ratio is what it is: each pair of targets at a point, their ratio split into the
+hardware's share and the software's; how close each run came to its roofline; and what a unit
+of work costs where prices are given.
 
-The split is an identity of the recorded figures, not a model. A run's job throughput is
+The split is an identity of the recorded figures, not a model. For compute-bound work a run's
+job throughput is
 
     throughput = world size x achieved FLOP/s per device / model FLOPs per unit of work
     achieved   = peak FLOP/s per device x MFU
@@ -9,14 +11,22 @@ The split is an identity of the recorded figures, not a model. A run's job throu
 so the ratio of two runs is peak ratio x MFU ratio x device-count ratio x work ratio (the
 work ratio is 1 when both ran the same model at the same point). The peak ratio is the
 hardware's; the MFU ratio is how well the software (kernels, compiler, overlap) used each
-device. Medians over trials are multiplied, so the product can differ from the ratio of the
-medians by the trials' spread: a difference above 2% is printed. Generation (decode) is
-bound by memory bandwidth, not FLOP/s: its ratio is not split, and the report says why.
+device. Generation (decode) is bound by memory bandwidth: there
+
+    throughput = the throughput the HBM bandwidth alone allows (the roofline's memory bound,
+                 kept in each build's plan) x bandwidth utilisation
+
+and the ratio is HBM bandwidth ratio x utilisation ratio x the rest of the bound's ratio
+(bytes per device and device count; 1 for the same layout). Medians over trials are
+multiplied, so the product can differ from the ratio of the medians by the trials' spread: a
+difference above 2% is printed.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from itertools import combinations
 
 from .collect import Row, Section
 from .headline import sig
@@ -24,65 +34,115 @@ from .prices import Prices
 
 PER = {"images/s": (1_000, "1,000 images"), "tokens/s": (1e6, "1M tokens"),
        "output tokens/s": (1e6, "1M output tokens")}  # fmt: skip
+GENERATION_METRICS = ("output_tokens_per_s", "ttft_s", "tpot_s")
 
 
 @dataclass(frozen=True)
 class Split:
     row: Row
     base: Row
-    ratio: float
-    peak: float  # row peak over baseline peak
-    utilisation: float  # row MFU over baseline MFU
-    devices: float  # row world size over baseline's
-    work: float  # baseline FLOPs per unit over row's (1: the same model)
+    ratio: float  # row over base, as "x better"
+    kind: str  # "compute" (peak x MFU) or "bandwidth" (HBM bound x its utilisation)
+    hardware: float  # peak FLOP/s ratio, or HBM bandwidth ratio
+    utilisation: float  # MFU ratio, or bandwidth-utilisation ratio
+    devices: float  # compute: world size ratio
+    work: float  # compute: base FLOPs per unit over row's; bandwidth: the bound's other factors
 
     @property
     def product(self) -> float:
-        return self.peak * self.utilisation * self.devices * self.work
+        return self.hardware * self.utilisation * self.devices * self.work
 
 
-def _unsplit_reason(row: Row, base: Row, section: Section) -> str | None:
-    if row.ttft_s is not None or section.metric.name in ("ttft_s", "tpot_s", "output_tokens_per_s"):
-        return (
-            "generation is bound by memory bandwidth, not FLOP/s, and runs do not record the bytes they move"
-        )
+def _number(record: dict | None, key: str) -> float | None:
+    """A positive finite number from a stored roofline record (the store is not trusted)."""
+    value = (record or {}).get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value) if value > 0 else None
+
+
+def _bandwidth_use(row: Row) -> float | None:
+    """The run's job throughput over the throughput its HBM bandwidth alone allows."""
+    bound = _number(row.roofline, "memory_bound_items_per_s")
+    return row.throughput.median / bound if bound and row.throughput.median else None
+
+
+def _pair_ratio(row: Row, base: Row, section: Section) -> float | None:
+    a, b = row.headline.median, base.headline.median
+    if not a or not b:
+        return None
+    return b / a if section.metric.lower_is_better else a / b
+
+
+def _compute_split(row: Row, base: Row, ratio: float) -> Split | str:
     for r in (row, base):
         if r.peak_per_device is None or r.mfu is None:
             return f"the dense peak of {r.target} is unknown, so its MFU is too"
         if not r.mfu or not r.flops_per_sample:
             return f"{r.target} recorded no model FLOPs"
-    return None
+    return Split(row, base, ratio, "compute", row.peak_per_device / base.peak_per_device, row.mfu / base.mfu,
+                 row.world_size / base.world_size, base.flops_per_sample / row.flops_per_sample)  # fmt: skip
 
 
-def splits(section: Section) -> list[Split | tuple[Row, str]]:
-    """For each row with a ratio to another target's row: its Split, or (row, why not)."""
-    base_rows = {r.point: r for r in section.rows if r.target == section.baseline}
-    found: list[Split | tuple[Row, str]] = []
-    for row in section.rows:
-        base = base_rows.get(row.point)
-        if base is None or row.target == section.baseline or row.ratio is None:
-            continue
-        why = _unsplit_reason(row, base, section)
-        if why:
-            found.append((row, why))
-            continue
-        found.append(Split(row, base, row.ratio, row.peak_per_device / base.peak_per_device,
-                           row.mfu / base.mfu, row.world_size / base.world_size,
-                           base.flops_per_sample / row.flops_per_sample))  # fmt: skip
+def _bandwidth_split(row: Row, base: Row, ratio: float, section: Section) -> Split | str:
+    if section.metric.name != "output_tokens_per_s":
+        return (f"a {section.metric.label} headline is not split; the output-token throughput is "
+                "bound by memory bandwidth")  # fmt: skip
+    for r in (row, base):
+        if r.roofline is None:
+            return f"the run of {r.target} kept no roofline (compiled by an older benchc)"
+        if _number(r.roofline, "hbm_tb_s") is None or _bandwidth_use(r) is None:
+            return f"the HBM bandwidth of {r.target} is unknown"
+    bandwidth = _number(row.roofline, "hbm_tb_s") / _number(base.roofline, "hbm_tb_s")
+    key = "memory_bound_items_per_s"
+    bound = _number(row.roofline, key) / _number(base.roofline, key)
+    return Split(row, base, ratio, "bandwidth", bandwidth, _bandwidth_use(row) / _bandwidth_use(base), 1.0,
+                 bound / bandwidth)  # fmt: skip
+
+
+def _pairs(section: Section) -> list[tuple[Row, Row]]:
+    """(row, base) for every pair of targets at each point: the baseline's pairs first."""
+    order = [t for t in section.targets if t == section.baseline]
+    order += [t for t in section.targets if t != section.baseline]
+    by_key = {(r.point, r.target): r for r in section.rows}
+    found = []
+    for point in section.points:
+        present = [t for t in order if (point, t) in by_key]
+        found += [(by_key[(point, b)], by_key[(point, a)]) for a, b in combinations(present, 2)]
     return found
 
 
-def split_lines(section: Section) -> list[str]:
-    """One plain-text line per row with a ratio (escaped by the renderer)."""
-    lines = []
-    for item in splits(section):
-        if isinstance(item, tuple):
-            row, why = item
-            lines.append(f"{row.target} at {row.point}: {sig(row.ratio)}x, not split: {why}")
+def splits(section: Section) -> list[Split | tuple[Row, Row, float | None, str]]:
+    """For each pair of targets at a point: its Split, or (row, base, ratio, why not)."""
+    found: list[Split | tuple[Row, Row, float | None, str]] = []
+    for row, base in _pairs(section):
+        ratio = _pair_ratio(row, base, section)
+        if ratio is None:
+            found.append((row, base, None, "a headline of zero"))
             continue
-        s, b, r = item, item.base, item.row
+        generation = section.metric.name in GENERATION_METRICS or row.ttft_s is not None
+        if generation:
+            split = _bandwidth_split(row, base, ratio, section)
+        else:
+            split = _compute_split(row, base, ratio)
+        found.append((row, base, ratio, split) if isinstance(split, str) else split)
+    return found
+
+
+def _split_line(s: Split) -> str:
+    r, b = s.row, s.base
+    if s.kind == "bandwidth":
         text = (
-            f"{r.target} at {r.point}: {sig(s.ratio)}x {b.target} = peak {sig(s.peak)}x "
+            f"{r.target} at {r.point}: {sig(s.ratio)}x {b.target} = HBM bandwidth {sig(s.hardware)}x "
+            f"({sig(r.roofline['hbm_tb_s'])} / {sig(b.roofline['hbm_tb_s'])} TB/s) x bandwidth "
+            f"utilisation {sig(s.utilisation)}x ({sig(_bandwidth_use(r) * 100)}% / "
+            f"{sig(_bandwidth_use(b) * 100)}% of the throughput the bandwidth allows)"
+        )
+        if abs(s.work - 1) > 1e-9:
+            text += f" x bytes and devices {sig(s.work)}x (the rest of the two bounds' ratio)"
+    else:
+        text = (
+            f"{r.target} at {r.point}: {sig(s.ratio)}x {b.target} = peak {sig(s.hardware)}x "
             f"({sig(r.peak_per_device / 1e12)} / {sig(b.peak_per_device / 1e12)} TFLOP/s per device) "
             f"x MFU {sig(s.utilisation)}x ({sig(r.mfu * 100)}% / {sig(b.mfu * 100)}%)"
         )
@@ -91,10 +151,64 @@ def split_lines(section: Section) -> list[str]:
         if abs(s.work - 1) > 1e-9:
             flops = f"{sig(b.flops_per_sample)} / {sig(r.flops_per_sample)}"
             text += f" x work {sig(s.work)}x (model FLOPs per unit {flops})"
-        if abs(s.product / s.ratio - 1) > 0.02:
-            text += f"; the product is {sig(s.product)}x: the rest is the trials' spread"
+    if abs(s.product / s.ratio - 1) > 0.02:
+        text += f"; the product is {sig(s.product)}x: the rest is the trials' spread"
+    return text
+
+
+def split_lines(section: Section) -> list[str]:
+    """One plain-text line per pair of targets at a point (escaped by the renderer)."""
+    lines = []
+    for item in splits(section):
+        if isinstance(item, Split):
+            lines.append(_split_line(item))
+            continue
+        row, base, ratio, why = item
+        lines.append(f"{row.target} at {row.point}: {sig(ratio)}x {base.target}, not split: {why}")
+    return lines
+
+
+# ------------------------------------------------------------------ against the roofline
+
+
+def bound_share(row: Row) -> float | None:
+    """How close the run came to its roofline: the achieved headline over the best one the
+    bound allows (for a lower-is-better metric, the best over the achieved)."""
+    line = row.roofline
+    best = _number(line, "best")
+    if best is None or not row.headline.median:
+        return None
+    if line.get("lower_is_better"):
+        return best / row.headline.median
+    return row.headline.median / best
+
+
+def _binding(line: dict) -> str:
+    phases = [p for p in line.get("phases") or [] if isinstance(p, dict)]
+    return ", ".join(f"{p.get('name')} {p.get('binding')}-bound" for p in phases if p.get("binding"))
+
+
+def bound_lines(section: Section) -> list[str]:
+    """Each row against the bound that applies to it (plain text, escaped by the renderer)."""
+    lines = []
+    for row in section.rows:
+        where = f"{row.target} at {row.point}"
+        if row.roofline is None:
+            lines.append(f"{where}: no bound: the run kept no roofline (compiled by an older benchc)")
+            continue
+        share = bound_share(row)
+        if share is None:
+            lines.append(f"{where}: no bound: {row.target} states no peak FLOP/s or HBM bandwidth")
+            continue
+        best, unit = row.roofline["best"], row.headline_unit
+        text = (f"{where}: the roofline allows at best {sig(best)} {unit} ({_binding(row.roofline)}); "
+                f"achieved {sig(row.headline.median)} {unit}, ")  # fmt: skip
+        text += f"{sig(share * 100)}% of " + ("that speed" if row.roofline.get("lower_is_better") else "it")
         lines.append(text)
     return lines
+
+
+# ------------------------------------------------------------------ cost
 
 
 @dataclass(frozen=True)
@@ -123,8 +237,8 @@ def costs(section: Section, prices: Prices) -> tuple[list[Cost], list[str]]:
 
 def cost_lines(section: Section, prices: Prices | None) -> list[str]:
     if prices is None:
-        return ["No prices were given, so no cost per unit of work: pass --prices FILE "
-                "(benchc ships and invents none)."]  # fmt: skip
+        return ["No prices were given, so no cost per unit of work: add a `prices` block to the spec "
+                "or pass --prices FILE (benchc ships and invents none)."]  # fmt: skip
     found, missing = costs(section, prices)
     base = {c.row.point: c for c in found if c.row.target == section.baseline}
     lines = []

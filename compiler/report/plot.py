@@ -64,3 +64,66 @@ def draw(section: Section):
     axes.grid(axis="y", alpha=0.3)
     figure.tight_layout()
     return figure
+
+
+def roofline_points(section: Section) -> list[tuple[str, float, float, float, float]]:
+    """(label, FLOPs per HBM byte, achieved FLOP/s per device, peak FLOP/s, HBM bytes/s) of each
+    row that can sit on a roofline plot: its build kept a roofline, its target states a peak
+    and an HBM bandwidth, and the run recorded its MFU."""
+    found = []
+    for row in section.rows:
+        line = row.roofline or {}
+        figures = [
+            line.get("intensity_flops_per_byte"),
+            line.get("peak_flops_per_device"),
+            line.get("hbm_tb_s"),
+        ]
+        if row.mfu is None or row.peak_per_device is None:
+            continue
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < float("inf")
+                   for v in figures):  # fmt: skip
+            continue
+        intensity, peak, hbm = figures
+        found.append(
+            (f"{row.target} {row.point}", intensity, row.mfu * row.peak_per_device, peak, hbm * 1e12)
+        )
+    return found
+
+
+def roofline_chart(section: Section, path: Path) -> Path | None:
+    """Achieved FLOP/s per device against each target's roofline (min(peak, bandwidth x
+    intensity)), log-log; None when no row of the section can be placed."""
+    points = roofline_points(section)
+    if not points:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(7.0, 4.6), dpi=100)
+    low = min(p[1] for p in points) / 10
+    high = max(max(p[1] for p in points) * 10, max(p[3] / p[4] for p in points) * 4)
+    xs = [low * (high / low) ** (i / 200) for i in range(201)]
+    roofs = {}
+    for label, intensity, achieved, peak, hbm in points:
+        target = label.split(" ", 1)[0]
+        if target not in roofs:
+            (line,) = axes.plot(xs, [min(peak, hbm * x) / 1e12 for x in xs], label=f"{target} roof")
+            roofs[target] = line.get_color()
+        axes.plot([intensity], [achieved / 1e12], "o", color=roofs[target])
+        share = achieved / min(peak, hbm * intensity)
+        axes.annotate(f"{label}: {sig(share * 100)}%", (intensity, achieved / 1e12), fontsize=7,
+                      textcoords="offset points", xytext=(4, -10))  # fmt: skip
+    axes.set_xscale("log")
+    axes.set_yscale("log")
+    axes.set_xlabel("arithmetic intensity (model FLOPs per HBM byte, per device)")
+    axes.set_ylabel("TFLOP/s per device")
+    axes.set_title(f"{section.experiment}: achieved vs roofline (% of the roof at that intensity)")
+    axes.legend(fontsize=8)
+    axes.grid(alpha=0.3, which="both")
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path)
+    plt.close(figure)
+    return path

@@ -8,8 +8,9 @@ from __future__ import annotations
 import html
 
 from .collect import Row, Section
-from .explain import cost_lines, split_lines
+from .explain import bound_lines, cost_lines, split_lines
 from .headline import sig
+from .prices import Prices
 
 
 def _ms(seconds: float | None) -> float | None:
@@ -104,18 +105,34 @@ def _md(text: str) -> str:
 
 
 def explanations(section: Section, prices) -> list[tuple[str, list[str]]]:
-    """The paragraphs under a section's table: why each ratio, and what the work costs."""
+    """The paragraphs under a section's table: why each ratio, how close each run came to its
+    roofline, and what the work costs (prices from --prices FILE, else the spec's)."""
     found = []
     why = split_lines(section)
     if why:
-        found.append(
-            ("Each ratio = peak ratio x MFU ratio (x device and work ratios where they differ)", why)
-        )
-    found.append(("Cost per unit of work", cost_lines(section, prices)))
+        found.append(("Each ratio between two targets = peak ratio x MFU ratio for compute-bound work, "
+                      "HBM bandwidth ratio x bandwidth utilisation ratio for generation (x device and "
+                      "work ratios where they differ)", why))  # fmt: skip
+    found.append(("Against the roofline (benchc estimate: the least time compute, memory and "
+                  "interconnect allow)", bound_lines(section)))  # fmt: skip
+    found.append(("Cost per unit of work", cost_lines(section, prices or spec_prices(section))))
     return found
 
 
-def markdown(sections: list[Section], chart_names: dict[str, str], prices=None) -> str:
+def spec_prices(section: Section) -> Prices | None:
+    """The prices the spec's `prices` block gave, as its plan keeps them."""
+    given = section.prices or {}
+    table = given.get("per_device_hour")
+    if not isinstance(table, dict) or not table:
+        return None
+    numbers = {}
+    for name, value in table.items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf"):
+            numbers[str(name)] = float(value)
+    return Prices(str(given.get("currency") or "USD"), numbers, f"the spec of {section.experiment}")
+
+
+def markdown(sections: list[Section], chart_names: dict[str, list[str]], prices=None) -> str:
     out = ["# benchc report", ""]
     for section in sections:
         out += [f"## {_md(_title(section))}", ""]
@@ -125,8 +142,7 @@ def markdown(sections: list[Section], chart_names: dict[str, str], prices=None) 
             out.append("|" + "---|" * len(header))
             out += ["| " + " | ".join(_md(cell) for cell in row) + " |" for row in rows]
             out.append("")
-            chart = chart_names.get(key(section))
-            if chart:
+            for chart in chart_names.get(key(section), ()):
                 out += [f"![{_md(section.experiment)}]({chart})", ""]
             for title, lines in explanations(section, prices):
                 out += [f"{_md(title)}:", ""] + [f"- {_md(line)}" for line in lines] + [""]
@@ -141,7 +157,7 @@ def markdown(sections: list[Section], chart_names: dict[str, str], prices=None) 
     return "\n".join(out)
 
 
-def html_page(sections: list[Section], chart_names: dict[str, str], prices=None) -> str:
+def html_page(sections: list[Section], chart_names: dict[str, list[str]], prices=None) -> str:
     out = ["<!doctype html>", "<meta charset='utf-8'>", "<title>benchc report</title>",
            "<style>body{font-family:sans-serif}table{border-collapse:collapse}"
            "td,th{border:1px solid #999;padding:4px 8px;text-align:right}</style>",
@@ -154,8 +170,7 @@ def html_page(sections: list[Section], chart_names: dict[str, str], prices=None)
             for row in rows:
                 out.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>")
             out.append("</table>")
-            chart = chart_names.get(key(section))
-            if chart:
+            for chart in chart_names.get(key(section), ()):
                 out.append(f"<p><img src='{html.escape(chart)}' alt='{html.escape(section.experiment)}'></p>")
             for title, lines in explanations(section, prices):
                 out.append(f"<p>{html.escape(title)}:</p><ul>")

@@ -43,8 +43,8 @@ def _largest_batch(plan: Plan, memory) -> int:
     w = plan.workload
     batch = w.batch if isinstance(w, InferWorkload) else w.micro_batch
     growing = _growing(memory)
-    fixed = memory.total - growing
-    if growing <= 0 or fixed >= memory.capacity:
+    fixed = memory.steady - growing
+    if growing <= 0 or fixed >= memory.capacity or memory.build > memory.capacity:
         return 0
     return min(batch - 1, math.floor((memory.capacity - fixed) / (growing / batch)))
 
@@ -95,7 +95,13 @@ def check_fits(plan: Plan, resolved: Resolved) -> list[Diagnostic]:
     growing = _growing(memory)
     kind = plan.workload.kind
     settings = resolved.settings
-    if growing >= memory.total - growing:
+    if memory.build > memory.steady:
+        model = plan.model.kind
+        written = [k for k in SIZE_SETTINGS if settings.has(("model", model, k))]
+        at = settings.span(("model", model, written[0])) if written else settings.span(("model", model), True)
+        cause = (f"the peak is the build: the whole model in fp32 ({_gb(memory.build)}) before it is "
+                 "sharded, split or cast")  # fmt: skip
+    elif growing >= memory.total - growing:
         at = settings.span((kind, "batch"))
         cause = f"what grows with the batch ({_gb(growing)}) is the larger share"
     else:
@@ -110,6 +116,8 @@ def check_fits(plan: Plan, resolved: Resolved) -> list[Diagnostic]:
         cause = f"the model's {what} ({_gb(memory.total - growing)}) are the larger share"
     parts = ", ".join(f"{p.name} {_gb(p.bytes)}" for p in memory.parts)
     remedies = _remedies(plan, memory)
+    if remedies == [MORE_MEMORY]:
+        remedies = [MORE_MEMORY.removeprefix("or ")]
     ratio = memory.total / memory.capacity
     return [
         Diagnostic(

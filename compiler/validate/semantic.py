@@ -295,7 +295,7 @@ MAX_EXPERIMENT_CHARS = 100
 
 
 def check_names(document) -> list[Diagnostic]:
-    """Target names, which the schema cannot know: in targets, on and reference blocks."""
+    """Target names, which the schema cannot know: in targets, on, prices and reference blocks."""
     found = []
     if len(document.experiment) > MAX_EXPERIMENT_CHARS:  # it names a build folder and results
         found.append(
@@ -324,6 +324,16 @@ def check_names(document) -> list[Diagnostic]:
                 Diagnostic(
                     f"unknown target '{name}' in on {name} {{ }}",
                     document.span_of(("on", name), prefer_key=True),
+                    hint=choices_hint(name, known, "known targets"),
+                )
+            )
+    prices = document.get(("prices", "per_device_hour"))
+    for name in prices if isinstance(prices, dict) else {}:
+        if name not in TARGETS:
+            found.append(
+                Diagnostic(
+                    f"unknown target '{name}' in prices",
+                    document.span_of(("prices", "per_device_hour", name), prefer_key=True),
                     hint=choices_hint(name, known, "known targets"),
                 )
             )
