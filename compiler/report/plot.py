@@ -106,7 +106,7 @@ def roofline_chart(section: Section, path: Path) -> Path | None:
     high = max(max(p[1] for p in points) * 10, max(p[3] / p[4] for p in points) * 4)
     xs = [low * (high / low) ** (i / 200) for i in range(201)]
     roofs = {}
-    for label, intensity, achieved, peak, hbm in points:
+    for index, (label, intensity, achieved, peak, hbm) in enumerate(points):
         target = label.split(" ", 1)[0]
         if target not in roofs:
             (line,) = axes.plot(xs, [min(peak, hbm * x) / 1e12 for x in xs], label=f"{target} roof")
@@ -114,7 +114,8 @@ def roofline_chart(section: Section, path: Path) -> Path | None:
         axes.plot([intensity], [achieved / 1e12], "o", color=roofs[target])
         share = achieved / min(peak, hbm * intensity)
         axes.annotate(f"{label}: {sig(share * 100)}%", (intensity, achieved / 1e12), fontsize=7,
-                      textcoords="offset points", xytext=(4, -10))  # fmt: skip
+                      textcoords="offset points", xytext=(6, 8 - 11 * (index % 4)))  # fmt: skip
+        # runs at one intensity (the same model on several targets) get their labels stacked
     axes.set_xscale("log")
     axes.set_yscale("log")
     axes.set_xlabel("arithmetic intensity (model FLOPs per HBM byte, per device)")
