@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
-import sqlite3
 import sys
 from collections.abc import Sequence
 
@@ -22,6 +21,15 @@ from .runner.interrupts import Terminated
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USER = 0, 1, 2
 GROUPS = ("build", "results", "cluster", "format", "estimate")  # compiler/commands/<group>.py
+# Which group holds each command, so that a command builds only its own group's options and
+# imports only its modules (tests/test_cli.py checks this against each group's COMMANDS).
+COMMAND_GROUPS = {
+    **dict.fromkeys(("check", "plan", "compile", "targets"), "build"),
+    **dict.fromkeys(("run", "runs", "show", "export", "ingest", "report"), "results"),
+    **dict.fromkeys(("submit", "status", "cancel"), "cluster"),
+    "fmt": "format",
+    "estimate": "estimate",
+}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -36,7 +44,8 @@ def _group(name: str):
     return importlib.import_module(f".commands.{name}", __package__)
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(groups: Sequence[str] = GROUPS) -> argparse.ArgumentParser:
+    """The parser of every command, or of the commands of `groups` only."""
     parser = _Parser(
         prog="benchc",
         description="Compile declarative .bench experiments into benchmark programs.",
@@ -47,9 +56,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.required = True
-    for name in GROUPS:
+    for name in groups:
         _group(name).add_parsers(commands, _variant_options)
     return parser
+
+
+def _groups_for(argv: Sequence[str]) -> Sequence[str]:
+    """The groups the parser needs for this command line: the command's own when it names
+    one (after the global options), else all (--help, a mistyped command, none)."""
+    words = list(argv)
+    while words and words[0].startswith("-") and words[0] not in ("-h", "--help", "--version"):
+        words = words[2:] if words[0] == "--color" else words[1:]
+    group = COMMAND_GROUPS.get(words[0]) if words else None
+    return (group,) if group else GROUPS
 
 
 def _variant_options(parser: argparse.ArgumentParser) -> None:
@@ -77,15 +96,19 @@ def _variant_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _command(name: str):
-    for group in GROUPS:
-        module = _group(group)
-        if name in module.COMMANDS:
-            return getattr(module, name)
-    raise KeyError(name)
+    return getattr(_group(COMMAND_GROUPS[name]), name)
+
+
+def _damaged_store(exc: Exception) -> bool:
+    """A results store damaged while benchc used it (sqlite3 is imported only by commands that
+    open the store, so without it no such error can have happened)."""
+    sqlite3 = sys.modules.get("sqlite3")
+    return sqlite3 is not None and isinstance(exc, sqlite3.DatabaseError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = _parser(_groups_for(argv)).parse_args(argv)
     color = args.color == "always" or (
         args.color == "auto" and sys.stderr.isatty() and "NO_COLOR" not in os.environ
     )
@@ -100,13 +123,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Terminated as signalled:
         emit(sys.stderr, f"benchc: {signalled}")
         return 128 + signalled.signum
-    except sqlite3.DatabaseError as exc:  # a store damaged while benchc used it
-        emit(sys.stderr, f"benchc: error: the results store failed: {exc}\n"
-             "  hint: `sqlite3 FILE .recover | sqlite3 NEW` saves what is readable")  # fmt: skip
-        return EXIT_USER
     except BrokenPipeError:
         silence(sys.stdout)  # `benchc plan ... | head`: the reader left; not an error
         return EXIT_OK
+    except Exception as exc:
+        if not _damaged_store(exc):
+            raise
+        emit(sys.stderr, f"benchc: error: the results store failed: {exc}\n"
+             "  hint: `sqlite3 FILE .recover | sqlite3 NEW` saves what is readable")  # fmt: skip
+        return EXIT_USER
 
 
 if __name__ == "__main__":

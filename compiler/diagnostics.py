@@ -7,14 +7,15 @@ raises `BenchError`, and the CLI prints them with `format_diagnostics` and exits
 from __future__ import annotations
 
 import bisect
-import difflib
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import cached_property
 
+from .records import frozen
 
-@dataclass(frozen=True)
+
+@frozen
 class Source:
     """A text the user gave us: a spec file, or a `--set` argument."""
 
@@ -60,7 +61,7 @@ class Source:
         return line, offset - self._line_starts[line - 1] + 1
 
 
-@dataclass(frozen=True)
+@frozen
 class Span:
     """A region of a source: 1-based line and column, end column exclusive."""
 
@@ -87,7 +88,7 @@ class Span:
         return f"{self.source.name}:{self.line}:{self.column}"
 
 
-@dataclass(frozen=True)
+@frozen
 class Note:
     """A secondary location shown under a diagnostic (e.g. "first set here", "included from")."""
 
@@ -95,7 +96,7 @@ class Note:
     span: Span | None = None
 
 
-@dataclass(frozen=True)
+@frozen
 class Diagnostic:
     message: str
     span: Span | None
@@ -135,6 +136,8 @@ def unique(diagnostics: Iterable[Diagnostic]) -> list[Diagnostic]:
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str | None:
     """'did you mean 'x'?' for the closest choice, or None when nothing is close."""
+    import difflib  # only when a mistake is explained
+
     close = difflib.get_close_matches(word, sorted(set(choices)), n=1, cutoff=0.6)
     return f"did you mean '{close[0]}'?" if close else None
 

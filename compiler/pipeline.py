@@ -7,7 +7,6 @@ torch. Every user mistake comes out as a BenchError holding all the diagnostics 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from .catalog.targets import TARGETS
@@ -17,12 +16,13 @@ from .plan.lower import build, resolve
 from .plan.smoke import shrink
 from .plan.types import Plan
 from .plan.variants import MAX_POINTS, Override, expand, parse_override
+from .records import frozen
 from .validate.fits import check_fits
 from .validate.schema import validate_settings
 from .validate.semantic import check_names, check_plan
 
 
-@dataclass(frozen=True)
+@frozen
 class PlanSet:
     document: Document
     targets: tuple[str, ...]
@@ -102,7 +102,7 @@ def plan_spec(
     plans, notes, warnings = [], [], []
     for variant in expand(document, chosen, parsed, max_points):
         settings = variant.settings
-        found = validate_settings(settings.values, settings.span)
+        found = validate_settings(settings.values, settings.span, checked=document.values)
         if found:
             problems += found
             continue

@@ -115,3 +115,28 @@ def test_the_same_spec_compiles_to_the_same_bytes_from_any_folder(tmp_path):
     )
     files = sorted(p.relative_to(first) for p in first.rglob("*") if p.is_file())
     assert files and all((first / f).read_bytes() == (second / f).read_bytes() for f in files)
+
+
+def test_each_command_builds_only_its_group_and_help_lists_every_command(tmp_path):
+    import importlib
+
+    from benchc import cli
+
+    for group in cli.GROUPS:
+        module = importlib.import_module(f"benchc.commands.{group}")
+        assert {c for c, g in cli.COMMAND_GROUPS.items() if g == group} == set(module.COMMANDS), group
+    assert cli._groups_for(["compile", "x.bench"]) == ("build",)
+    assert cli._groups_for(["--color", "never", "report"]) == ("results",)
+    assert cli._groups_for(["--help"]) == cli.GROUPS and cli._groups_for(["comple"]) == cli.GROUPS
+    top = run_cli("--help")
+    assert top.code == 0 and all(command in top.out for command in cli.COMMAND_GROUPS), top.out
+    wrong = run_cli("comple", "specs/sd3.bench")
+    assert wrong.code == 2 and "invalid choice: 'comple'" in wrong.err and "compile" in wrong.err
+    # a compile never imports the results store, the report or the cluster client
+    found = subprocess.run([sys.executable, "-c", "import sys; from benchc.cli import main; "
+                            "main(['compile', 'specs/sd3.bench', '-o', sys.argv[1]]); "
+                            "print(sorted(m for m in sys.modules if m.startswith(('benchc.results', "
+                            "'benchc.report', 'benchc.cluster', 'sqlite3'))))", str(tmp_path)],
+                           cwd=REPO, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.strip().splitlines()[-1] == "['benchc.report', 'benchc.report.headline']"

@@ -12,13 +12,15 @@ never computed from another device's numbers, and no bound is drawn from it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
+
+from ..records import frozen
 
 PRECISIONS = ("fp32", "bf16", "fp16", "fp8")
 ATTENTION_KERNELS = ("eager", "sdpa", "fused", "flash", "xformers")
 
 
-@dataclass(frozen=True)
+@frozen
 class Target:
     name: str
     family: str  # "hpu" | "cuda" | "cpu": which adapter of the generated program runs it

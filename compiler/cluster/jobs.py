@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..diagnostics import BenchError
+from ..records import frozen
 from ..results.ingest import metrics_sha256, outcome
 from ..results.metrics import load_metrics
 from ..results.store import RunRecord, Store, new_id
@@ -27,7 +27,7 @@ STATUS_OF_STATE = {"COMPLETED": "failed", "TIMEOUT": "timeout", "DEADLINE": "tim
                    "CANCELLED": "cancelled", slurm.UNKNOWN: "unknown"}  # fmt: skip
 
 
-@dataclass(frozen=True)
+@frozen
 class Change:
     record: RunRecord
     status: str

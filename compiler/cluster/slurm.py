@@ -12,10 +12,10 @@ import os
 import re
 import shutil
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..diagnostics import error
+from ..records import frozen
 
 TIMEOUT_S = 60.0  # for one client command; slurmctld answers in milliseconds when healthy
 ACTIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING",
@@ -26,7 +26,7 @@ ENDED = {"COMPLETED", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "CANCELLED", "NODE_F
 UNKNOWN = "UNKNOWN"  # the scheduler no longer knows the job and keeps no accounting of it
 
 
-@dataclass(frozen=True)
+@frozen
 class JobState:
     job_id: str
     state: str  # PENDING, RUNNING, ..., COMPLETED, TIMEOUT, ..., or UNKNOWN

@@ -11,17 +11,17 @@ import errno
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..diagnostics import error
 from ..plan.types import Plan
+from ..records import frozen
 from .points import EXECUTABLE, render_point
 
 RUNS = "runs"  # benchc run keeps each trial's log and metrics here
 
 
-@dataclass(frozen=True)
+@frozen
 class BuiltPoint:
     plan: Plan
     path: Path

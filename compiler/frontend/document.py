@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..diagnostics import BenchError, Diagnostic, Note, Source, Span, did_you_mean, error
+from ..records import frozen
 from . import syntax as ast
 from .parser import parse_text
 from .source import display_name, read_source
@@ -30,13 +31,13 @@ MAX_INCLUDE_DEPTH = 16
 MAX_PATH_CHARS, MAX_NAME_CHARS = 4096, 255  # what Linux accepts for a path and one of its parts
 
 
-@dataclass(frozen=True)
+@frozen
 class Origin:
     key_span: Span | None  # the key (or block name) that set the value
     value_span: Span  # the value itself (or the whole block)
 
 
-@dataclass(frozen=True)
+@frozen
 class SweepAxis:
     path: tuple[str, ...]
     values: tuple[object, ...]
@@ -44,7 +45,7 @@ class SweepAxis:
     key_span: Span
 
 
-@dataclass(frozen=True)
+@frozen
 class SpecFile:
     path: str
     sha256: str

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from functools import lru_cache
 
 from ..diagnostics import BenchError, Source
+from ..records import frozen
 from . import syntax as ast
 from .parser import _lark, parse_text
 
@@ -32,7 +33,7 @@ WIDTH = 100
 INDENT = "  "
 
 
-@dataclass(frozen=True)
+@frozen
 class Comment:
     start: int  # offset in the text
     line: int

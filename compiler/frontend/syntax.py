@@ -2,30 +2,29 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ..diagnostics import Source, Span
+from ..records import frozen
 
 
-@dataclass(frozen=True)
+@frozen
 class Number:
     value: int | float
     span: Span
 
 
-@dataclass(frozen=True)
+@frozen
 class String:
     value: str
     span: Span
 
 
-@dataclass(frozen=True)
+@frozen
 class Bool:
     value: bool
     span: Span
 
 
-@dataclass(frozen=True)
+@frozen
 class Name:
     """A bare identifier used as a value: `bf16`, `gaudi2`, `adamw`."""
 
@@ -33,13 +32,13 @@ class Name:
     span: Span
 
 
-@dataclass(frozen=True)
+@frozen
 class ListValue:
     items: tuple[Value, ...]
     span: Span
 
 
-@dataclass(frozen=True)
+@frozen
 class Argument:
     name: str
     name_span: Span
@@ -47,7 +46,7 @@ class Argument:
     span: Span
 
 
-@dataclass(frozen=True)
+@frozen
 class Call:
     """`adamw(lr = 1e-4)`: a named choice with keyword arguments."""
 
@@ -60,7 +59,7 @@ class Call:
 Value = Number | String | Bool | Name | ListValue | Call
 
 
-@dataclass(frozen=True)
+@frozen
 class Key:
     parts: tuple[str, ...]
     span: Span
@@ -70,14 +69,14 @@ class Key:
         return ".".join(self.parts)
 
 
-@dataclass(frozen=True)
+@frozen
 class Assignment:
     key: Key
     value: Value
     span: Span
 
 
-@dataclass(frozen=True)
+@frozen
 class Block:
     name: str
     name_span: Span
@@ -87,7 +86,7 @@ class Block:
     span: Span
 
 
-@dataclass(frozen=True)
+@frozen
 class Sweep:
     key: Key
     values: ListValue
@@ -97,13 +96,13 @@ class Sweep:
 Entry = Assignment | Block | Sweep
 
 
-@dataclass(frozen=True)
+@frozen
 class Include:
     path: String
     span: Span
 
 
-@dataclass(frozen=True)
+@frozen
 class Experiment:
     name: str
     name_span: Span
@@ -114,7 +113,7 @@ class Experiment:
 Statement = Include | Experiment | Assignment | Block | Sweep
 
 
-@dataclass(frozen=True)
+@frozen
 class File:
     source: Source
     statements: tuple[Statement, ...]

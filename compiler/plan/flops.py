@@ -18,13 +18,13 @@ against torch's FLOP counter on a small model.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from ..records import frozen
 
 TIMESTEP_CHANNELS = 256  # diffusers' Timesteps(num_channels=256) in the SD3 time embedding
 MLP_RATIO = 4
 
 
-@dataclass(frozen=True)
+@frozen
 class ModelCost:
     params: int
     forward_flops_per_sample: float

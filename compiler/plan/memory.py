@@ -30,9 +30,8 @@ that and the steady parts above.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ..catalog.sd3_components import FULL, SMOKE
+from ..records import frozen
 from .flops import MLP_RATIO, llama_params, mmdit_params
 from .types import InferWorkload, LlamaModel, MMDiTModel, Plan, SD3Pipeline
 
@@ -44,14 +43,14 @@ ZERO_REDUCE_BUCKET = 500_000_000  # DeepSpeed's default reduce_bucket_size, in e
 TIGHT = 0.9  # a total above this share of the device's memory leaves little for the runtime
 
 
-@dataclass(frozen=True)
+@frozen
 class Part:
     name: str
     bytes: float
     formula: str  # how it is counted, for the reader
 
 
-@dataclass(frozen=True)
+@frozen
 class Memory:
     parts: tuple[Part, ...]
     capacity: float | None  # bytes of the target's memory; None: unknown

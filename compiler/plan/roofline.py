@@ -15,8 +15,7 @@ hierarchical algorithm; per device, an all-reduce (k = 2) or an all-gather/reduc
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from ..records import frozen
 from ..report.headline import METRICS as HEADLINES
 from ..report.headline import normal_unit, sig
 from .flops import llama_generate_flops
@@ -28,7 +27,7 @@ UNITS = {"images_per_s": "images/s", "tokens_per_s": "tokens/s", "output_tokens_
 RECOMPUTE = 4 / 3  # activation checkpointing runs the forward again: 4 passes' FLOPs, not 3
 
 
-@dataclass(frozen=True)
+@frozen
 class Bound:
     name: str  # compute | memory | interconnect
     seconds: float | None  # None: the target lacks the figure
@@ -36,7 +35,7 @@ class Bound:
     amount: float = 0.0  # what the resource must do per device: FLOPs, or bytes moved
 
 
-@dataclass(frozen=True)
+@frozen
 class Phase:
     name: str  # step | call | prefill | decode
     bounds: tuple[Bound, ...]
@@ -51,7 +50,7 @@ class Phase:
         return None if self.binding is None else self.binding.seconds
 
 
-@dataclass(frozen=True)
+@frozen
 class Roofline:
     phases: tuple[Phase, ...]
     metric: str
@@ -285,7 +284,7 @@ def roofline(plan: Plan) -> Roofline:
 # ------------------------------------------------------------------ references
 
 
-@dataclass(frozen=True)
+@frozen
 class Verdict:
     label: str
     value: float

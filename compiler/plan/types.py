@@ -6,15 +6,14 @@ JSON form written by `benchc plan --json` and into each build's manifest.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-
 from ..catalog.targets import Target
+from ..records import as_dict, frozen
 from .flops import ModelCost
 
 PLAN_SCHEMA_VERSION = 1
 
 
-@dataclass(frozen=True)
+@frozen
 class MMDiTModel:
     """diffusers' SD3Transformer2DModel. hidden = heads * head_dim (64 * depth for SD3)."""
 
@@ -35,7 +34,7 @@ class MMDiTModel:
     kind: str = "mmdit"
 
 
-@dataclass(frozen=True)
+@frozen
 class SD3Pipeline:
     """The whole text-to-image pipeline: MMDiT transformer, VAE and text encoders."""
 
@@ -46,7 +45,7 @@ class SD3Pipeline:
     kind: str = "sd3"
 
 
-@dataclass(frozen=True)
+@frozen
 class LlamaModel:
     preset: str | None
     hidden: int
@@ -64,13 +63,13 @@ class LlamaModel:
 Model = MMDiTModel | SD3Pipeline | LlamaModel
 
 
-@dataclass(frozen=True)
+@frozen
 class Optimizer:
     name: str
     args: dict[str, object]
 
 
-@dataclass(frozen=True)
+@frozen
 class TrainWorkload:
     precision: str
     attention: str
@@ -95,7 +94,7 @@ class TrainWorkload:
         return self.steps - self.warmup
 
 
-@dataclass(frozen=True)
+@frozen
 class InferWorkload:
     precision: str
     attention: str
@@ -120,14 +119,14 @@ class InferWorkload:
 Workload = TrainWorkload | InferWorkload
 
 
-@dataclass(frozen=True)
+@frozen
 class Cluster:
     nodes: int
     devices_per_node: int
     world_size: int
 
 
-@dataclass(frozen=True)
+@frozen
 class Parallel:
     data: int
     tensor: int
@@ -136,14 +135,14 @@ class Parallel:
     activation_checkpointing: bool
 
 
-@dataclass(frozen=True)
+@frozen
 class Measure:
     metric: str
     repeat: int
     timeout_s: float
 
 
-@dataclass(frozen=True)
+@frozen
 class Slurm:
     """The spec's `slurm { }` block: what job.sbatch asks of the scheduler. `benchc submit`
     flags (and any option given to sbatch) win over these."""
@@ -158,7 +157,7 @@ class Slurm:
     log: str  # the job's output file, relative to the build point (%j = job id)
 
 
-@dataclass(frozen=True)
+@frozen
 class Reference:
     label: str
     target: str
@@ -168,7 +167,7 @@ class Reference:
     where: dict[str, object]  # dotted setting -> value the point must have
 
 
-@dataclass(frozen=True)
+@frozen
 class PriceList:
     """The spec's `prices` block: what one device of a target costs for one hour (the user's
     figures; benchc ships none). Reports use it when no --prices FILE is given."""
@@ -177,14 +176,14 @@ class PriceList:
     per_device_hour: tuple[tuple[str, float], ...]  # (target, price), sorted by target
 
 
-@dataclass(frozen=True)
+@frozen
 class SpecInfo:
     path: str
     sha256: str
     files: tuple[tuple[str, str], ...]  # (path, sha256) of the spec and every included file
 
 
-@dataclass(frozen=True)
+@frozen
 class Plan:
     experiment: str
     description: str | None
@@ -207,7 +206,7 @@ class Plan:
     schema_version: int = PLAN_SCHEMA_VERSION
 
     def to_dict(self) -> dict:
-        data = asdict(self)
+        data = as_dict(self)  # dataclasses.asdict, without deep copies of plain values
         data["point_values"] = dict(self.point_values)
         data["spec"]["files"] = [{"path": p, "sha256": h} for p, h in self.spec.files]
         if isinstance(self.workload, TrainWorkload):

@@ -17,12 +17,13 @@ from ..diagnostics import BenchError, Source, Span, error
 from ..frontend import syntax as ast
 from ..frontend.document import Document, Origin, record_origins
 from ..frontend.parser import parse_text
+from ..records import frozen
 
 MAX_POINT_CHARS = 120  # a point names a folder; the file system takes 255
 UNSWEEPABLE = ("targets", "reference", "on", "description", "prices")
 
 
-@dataclass(frozen=True)
+@frozen
 class Override:
     """One `--set key=value` argument, parsed and located in its own little source."""
 
@@ -135,7 +136,7 @@ def _is_call(value) -> bool:
     return isinstance(value, dict) and set(value) == {"fn", "args"}
 
 
-@dataclass(frozen=True)
+@frozen
 class Variant:
     target: str
     point: str

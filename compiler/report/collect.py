@@ -10,15 +10,16 @@ placed beside its row, or listed with the reason it was not.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
+from ..records import frozen
 from ..results.metrics import validation_problems
 from ..results.store import RunRecord
 from .headline import Metric, metric_of, normal_unit, unit_of, value_of
 from .stats import Summary, summarize
 
 
-@dataclass(frozen=True)
+@frozen
 class Reference:
     value: float
     unit: str
@@ -27,7 +28,7 @@ class Reference:
     per_device: bool = False  # the figure is per device (compared with the per-device value)
 
 
-@dataclass(frozen=True)
+@frozen
 class Row:
     experiment: str
     smoke: bool
@@ -57,7 +58,7 @@ class Row:
     roofline: dict | None = None  # the build's roofline (plan/roofline.py record); None: not kept
 
 
-@dataclass(frozen=True)
+@frozen
 class Section:
     experiment: str
     smoke: bool

@@ -25,9 +25,9 @@ difference above 2% is printed.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from itertools import combinations
 
+from ..records import frozen
 from .collect import Row, Section
 from .headline import sig
 from .prices import Prices
@@ -37,7 +37,7 @@ PER = {"images/s": (1_000, "1,000 images"), "tokens/s": (1e6, "1M tokens"),
 GENERATION_METRICS = ("output_tokens_per_s", "ttft_s", "tpot_s")
 
 
-@dataclass(frozen=True)
+@frozen
 class Split:
     row: Row
     base: Row
@@ -211,7 +211,7 @@ def bound_lines(section: Section) -> list[str]:
 # ------------------------------------------------------------------ cost
 
 
-@dataclass(frozen=True)
+@frozen
 class Cost:
     row: Row
     amount: float  # in the currency, per `per` units of work

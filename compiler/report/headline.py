@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+
+from ..records import frozen
 
 
-@dataclass(frozen=True)
+@frozen
 class Metric:
     name: str
     label: str

@@ -18,17 +18,17 @@ import math
 import re
 import stat
 import tomllib
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..catalog.targets import TARGETS
 from ..diagnostics import BenchError, Diagnostic, Source, Span, choices_hint, error
+from ..records import frozen
 
 MAX_BYTES = 64 * 1024
 MAX_PRICE = 1e6  # per device-hour: far above any accelerator's
 
 
-@dataclass(frozen=True)
+@frozen
 class Prices:
     currency: str
     per_device_hour: dict[str, float]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+
+from ..records import frozen
 
 NOISY_CV = 0.05  # a coefficient of variation above 5% marks a point as noisy
 
@@ -22,7 +23,7 @@ def t95(df: int) -> float:
     return _T95[max(smaller)] if df <= 120 else 1.960  # the next smaller df: a wider interval
 
 
-@dataclass(frozen=True)
+@frozen
 class Summary:
     n: int
     median: float

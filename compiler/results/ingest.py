@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..diagnostics import BenchError, Diagnostic
+from ..records import frozen
 from .metrics import load_metrics
 from .store import Store, new_id
 from .untrusted_json import read_json_file
 
 
-@dataclass(frozen=True)
+@frozen
 class Ingested:
     path: Path
     run_id: str

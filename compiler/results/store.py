@@ -18,11 +18,11 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from ..diagnostics import error
+from ..records import frozen
 from .queries import INDEX_NAMES, INDEXES, latest_series_query
 from .statuses import ENDED
 
@@ -108,7 +108,7 @@ def new_id() -> str:
     return uuid.uuid4().hex[:12]
 
 
-@dataclass(frozen=True)
+@frozen
 class RunRecord:
     id: str
     experiment: str

@@ -14,10 +14,10 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..diagnostics import BenchError, error
+from ..records import frozen
 from ..results.metrics import load_metrics
 from ..results.untrusted_json import read_json_file
 from .interrupts import Terminated
@@ -27,7 +27,7 @@ from .processes import MARKER, stop
 LOG_TAIL_LINES = 40
 
 
-@dataclass(frozen=True)
+@frozen
 class BuildPoint:
     path: Path
     manifest: dict
@@ -50,7 +50,7 @@ class BuildPoint:
         return (self.plan.get("target") or {}).get("family", "cpu")
 
 
-@dataclass(frozen=True)
+@frozen
 class Outcome:
     status: str  # ok | failed | timeout | interrupted
     cause: str | None

@@ -4,13 +4,13 @@ from processes.py so the command line can catch it without importing subprocess.
 
 from __future__ import annotations
 
-import signal
-
 
 class Terminated(BaseException):
     """benchc itself got SIGTERM or SIGHUP (a scheduler's cancel, a closed terminal)."""
 
     def __init__(self, signum: int):
+        import signal  # here, not at import: `benchc compile` never needs its enumerations
+
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
 

@@ -50,10 +50,13 @@ def _unique_items(validator, unique, instance, schema):
             yield ValidationError(f"{instance!r} has non-unique elements")
 
 
-@lru_cache(maxsize=1)
-def _validator() -> jsonschema.Draft202012Validator:
+@lru_cache(maxsize=2)
+def _validator(whole: bool = True) -> jsonschema.Draft202012Validator:
+    """The schema's validator; `whole=False`: for some top-level sections of the settings (the
+    top level's required keys not asked for)."""
     checker = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"uniqueItems": _unique_items})
-    return checker(schema())
+    root = schema() if whole else {k: v for k, v in schema().items() if k != "required"}
+    return checker(root)
 
 
 def setting_names(path: tuple[str, ...]) -> list[str] | None:
@@ -125,10 +128,19 @@ def dotted(path) -> str:
     return text or "experiment"
 
 
-def validate_settings(values: dict, span_of: Callable[[tuple, bool], Span]) -> list[Diagnostic]:
-    """All schema errors in `values`, each located with `span_of(path, prefer_key)`."""
+def validate_settings(
+    values: dict, span_of: Callable[[tuple, bool], Span], checked: dict | None = None
+) -> list[Diagnostic]:
+    """All schema errors in `values`, each located with `span_of(path, prefer_key)`.
+    `checked`: settings already found valid (the document a variant was made from); a
+    top-level section equal to its counterpart there is not validated again."""
+    if checked is None:
+        instance, validator = values, _validator()
+    else:
+        instance = {k: v for k, v in values.items() if k not in checked or checked[k] != v}
+        validator = _validator(whole=False)
     diagnostics = []
-    for err in _validator().iter_errors(values):
+    for err in validator.iter_errors(instance):
         diagnostics.extend(_diagnose(_deepest(err), span_of))
     return sorted(diagnostics, key=_position)
 
