@@ -28,12 +28,17 @@ from .programs import uses_deepspeed
 
 LAUNCHER = "launch.sh"
 JOB = "job.sbatch"
+ACCELERATE_CONFIG = "accelerate.yaml"
+# the repeated block of each model: what accelerate's FSDP plugin wraps (transformer_blocks)
+BLOCK_CLASSES = {"mmdit": "JointTransformerBlock", "llama": "LlamaDecoderLayer"}
 JOB_MARGIN_MIN = 10  # a derived job time limit: every trial's timeout plus this
 _SAFE = re.compile(r"[^A-Za-z0-9_.+-]")
 
 
 def launcher_kind(plan: Plan) -> str:
-    """python | torchrun | mpirun | deepspeed (see the module docstring for the rules)."""
+    """python | torchrun | mpirun | deepspeed | accelerate (see the module docstring)."""
+    if plan.runtime == "accelerate":
+        return "accelerate"
     if plan.cluster.world_size == 1:
         return "python"
     if plan.target.family == "hpu":
@@ -43,7 +48,7 @@ def launcher_kind(plan: Plan) -> str:
 
 def per_node_launcher(plan: Plan) -> bool:
     """Does every node run launch.sh (torchrun's rendezvous), or the first node alone?"""
-    return launcher_kind(plan) in ("python", "torchrun")
+    return launcher_kind(plan) in ("python", "torchrun", "accelerate")
 
 
 def safe_name(text: str) -> str:
@@ -72,6 +77,12 @@ def usage(plan: Plan) -> list[str]:
             f"on the first node only: HOSTFILE=<hostfile> bash {LAUNCHER} [--metrics FILE]",
             f"{slurm}; the hostfile is written from the allocation",
         ]
+    if kind == "accelerate":
+        return [
+            f"on each of the {nodes} nodes: MACHINE_RANK=<0..{nodes - 1}> MASTER_ADDR=<first node> "
+            f"[MASTER_PORT=29500] bash {LAUNCHER}",
+            f"{slurm}; srun starts one launcher per node (machine rank: SLURM_NODEID)",
+        ]
     return [
         f"on each of the {nodes} nodes: MASTER_ADDR=<first node> [MASTER_PORT=29400] "
         f"[RDZV_ID=<id>] bash {LAUNCHER}",
@@ -84,6 +95,7 @@ _HOW = {
     "torchrun": "torchrun: standalone on one node, a c10d rendezvous across nodes.",
     "mpirun": "mpirun: one rank per Gaudi card, bound to cores as optimum-habana's gaudi_spawn does.",
     "deepspeed": "DeepSpeed's launcher, as optimum-habana runs DeepSpeed and multi-node jobs.",
+    "accelerate": "accelerate launch with this build's accelerate.yaml (the runtime is accelerate).",
 }
 
 
@@ -110,6 +122,8 @@ def render_launcher(plan: Plan, env: jinja2.Environment | None = None) -> str:
         **_header(plan),
         "family": plan.target.family,
         "launcher": launcher_kind(plan),
+        "deepspeed": uses_deepspeed(plan),
+        "accelerate_config": ACCELERATE_CONFIG,
         "usage": usage(plan),
         "rdzv_id": default_job_name(plan),
         "hpu_lazy_mode": _hpu_lazy_mode(plan),
@@ -169,3 +183,41 @@ def render_job(plan: Plan, env: jinja2.Environment | None = None) -> str:
         "launcher_file": LAUNCHER,
     }
     return (env or environment()).get_template("job.sbatch.j2").render(context)
+
+
+def _distributed_type(plan: Plan) -> tuple[str, str]:
+    """accelerate's distributed_type for this plan, and why where it is not the obvious one."""
+    if plan.cluster.world_size == 1:
+        return "NO", ""
+    if uses_deepspeed(plan):
+        return "DEEPSPEED", ""
+    if plan.parallel.sharding == "fsdp":
+        return "FSDP", ""
+    if plan.target.family == "hpu":
+        return "MULTI_HPU", ""
+    if plan.target.family == "cpu":  # MULTI_CPU would start one process (or need mpirun)
+        return "MULTI_GPU", "MULTI_GPU starts the processes with torchrun; use_cpu keeps them on the CPU"
+    return "MULTI_GPU", ""
+
+
+def render_accelerate_config(plan: Plan, env: jinja2.Environment | None = None) -> str:
+    """accelerate.yaml: what `accelerate launch` needs to start this point's processes, from
+    the plan bench.py's Accelerator is built from (the two always agree)."""
+    w, p = plan.workload, plan.parallel
+    distributed, why = _distributed_type(plan)
+    context = {
+        **_header(plan),
+        "distributed_type": distributed,
+        "distributed_note": why,
+        "mixed_precision": {"bf16": "bf16", "fp16": "fp16"}.get(w.precision, "no"),
+        "use_cpu": plan.target.family == "cpu" and not uses_deepspeed(plan),
+        "fsdp": distributed == "FSDP",
+        "block": BLOCK_CLASSES.get(plan.model.kind, ""),
+        "activation_checkpointing": p.activation_checkpointing,
+        "deepspeed": distributed == "DEEPSPEED",
+        "zero_stage": int(p.sharding.removeprefix("zero")) if uses_deepspeed(plan) else None,
+        "grad_accum": getattr(w, "grad_accum", 1),
+        "grad_clip": getattr(w, "grad_clip", None),
+        "precision": w.precision,
+    }
+    return (env or environment()).get_template("accelerate.yaml.j2").render(context)

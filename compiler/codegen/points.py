@@ -11,7 +11,17 @@ from .. import __version__
 from ..catalog.versions import checked_with
 from ..plan.roofline import roofline
 from ..plan.types import Plan
-from .launchers import JOB, LAUNCHER, launcher_kind, render_job, render_launcher, usage, wants_job
+from .launchers import (
+    ACCELERATE_CONFIG,
+    JOB,
+    LAUNCHER,
+    launcher_kind,
+    render_accelerate_config,
+    render_job,
+    render_launcher,
+    usage,
+    wants_job,
+)
 from .programs import METRICS_SCHEMA_VERSION, PROGRAM, render_program
 
 MANIFEST_VERSION = 1
@@ -59,6 +69,8 @@ def render_manifest(plan: Plan, files: dict[str, str]) -> str:
 def render_point(plan: Plan, env: jinja2.Environment | None = None, sbatch: bool = False) -> dict[str, str]:
     """All files of one build point, by name. `sbatch`: write job.sbatch for cpu points too."""
     files = {PROGRAM: render_program(plan, env), LAUNCHER: render_launcher(plan, env)}
+    if launcher_kind(plan) == "accelerate":
+        files[ACCELERATE_CONFIG] = render_accelerate_config(plan, env)
     if wants_job(plan, sbatch):
         files[JOB] = render_job(plan, env)
     files[MANIFEST] = render_manifest(plan, files)

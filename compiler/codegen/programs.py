@@ -137,6 +137,7 @@ def _common_settings(plan: Plan, model_settings: dict, items_per_sample: int) ->
             "sharding": plan.parallel.sharding,
             "activation_checkpointing": plan.parallel.activation_checkpointing,
         },
+        "runtime": plan.runtime,
         "params": plan.cost.params if plan.cost else None,
         "peak_flops_per_device": plan.target.peak_flops(plan.workload.precision),
     }
@@ -184,7 +185,9 @@ def uses_deepspeed(plan: Plan) -> bool:
     return isinstance(plan.workload, TrainWorkload) and plan.parallel.sharding.startswith("zero")
 
 
-def import_lines(family: str, kind: str, workload: str, deepspeed: bool = False) -> list[str]:
+def import_lines(
+    family: str, kind: str, workload: str, deepspeed: bool = False, runtime: str = "torch"
+) -> list[str]:
     """The third-party imports of a program, sorted and laid out as ruff (isort) wants them."""
     plain = {"import torch", "import torch.distributed as dist"}
     if deepspeed:
@@ -221,13 +224,26 @@ def import_lines(family: str, kind: str, workload: str, deepspeed: bool = False)
             need("optimum.habana.transformers.modeling_utils", "adapt_transformers_to_gaudi")
     if kind != "sd3":  # core_meta.py.j2
         need("accelerate", "init_empty_weights")
-    if workload == "train":
+    if workload == "train" and runtime == "accelerate":
+        need("accelerate", "DeepSpeedPlugin" if deepspeed else "FullyShardedDataParallelPlugin")
+        if not deepspeed:
+            need("torch.distributed.fsdp", "MixedPrecisionPolicy")
+        if family == "hpu":
+            need("optimum.habana.accelerate", "GaudiAccelerator")
+            need("accelerate.utils", "DistributedDataParallelKwargs")
+        else:
+            need("accelerate", "Accelerator")
+        if family == "cpu":
+            need("accelerate.utils", "DistributedType")
+    elif workload == "train":
         need("torch.distributed.fsdp", "MixedPrecisionPolicy", "fully_shard")
         if family != "hpu":
             need("torch.distributed.fsdp.sharded_grad_scaler", "ShardedGradScaler")
         need("torch.nn.parallel", "DistributedDataParallel")
+    if workload == "train":
         if family == "hpu":
-            need("habana_frameworks.torch.hpex.normalization", "FusedClipNorm")
+            if runtime == "torch":  # accelerate clips with its own clip_grad_norm_
+                need("habana_frameworks.torch.hpex.normalization", "FusedClipNorm")
             need("habana_frameworks.torch.hpex.optimizers", "FusedAdamW")
     elif kind == "llama":
         # the core's tensor_parallel (DTensor); Gaudi's adapter uses DeepSpeed instead
@@ -282,10 +298,11 @@ def render_program(plan: Plan, env: jinja2.Environment | None = None) -> str:
         "target": plan.target.name,  # a name from the target table, not from the spec
         "kind": kind,
         "workload": plan.workload.kind,
-        "imports": import_lines(family, kind, plan.workload.kind, uses_deepspeed(plan)),
+        "imports": import_lines(family, kind, plan.workload.kind, uses_deepspeed(plan), plan.runtime),
         "deepspeed": uses_deepspeed(plan),
         "model_core": f"model_{kind}.py.j2",
         "core": "core_train.py.j2" if workload == "train" else ENTRIES[kind][0],
+        "runtime": plan.runtime,
         "entry": "train" if workload == "train" else ENTRIES[kind][1],
         "plan": program_settings(plan),
         "metrics_version": METRICS_SCHEMA_VERSION,

@@ -347,6 +347,7 @@ def build(resolved: Resolved, variant: Variant, target: Target, smoke: bool,
         overrides=overrides,
         cost=_cost(model, workload),
         prices=_prices(r.settings.get(("prices",))),
+        runtime=str(r.settings.get(("runtime",), "torch")),
     )
 
 

@@ -192,8 +192,10 @@ def whole_build(plan: Plan) -> float:
         return 0.0 if on_meta else FP32 * sum(parameters(plan).values())
     if p.sharding == "zero3" and plan.cluster.world_size > 1:
         return 0.0
-    if p.sharding == "fsdp" and plan.cluster.world_size > 1 and meta_init(plan.model, w):
-        return 0.0
+    if p.sharding == "fsdp" and plan.cluster.world_size > 1:
+        # on the meta device; under accelerate, rank 0 builds in host memory and sends shards
+        if plan.runtime == "accelerate" or meta_init(plan.model, w):
+            return 0.0
     return FP32 * plan.cost.params
 
 

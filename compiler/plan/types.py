@@ -203,6 +203,7 @@ class Plan:
     overrides: tuple[str, ...]  # the --set arguments, as given
     cost: ModelCost | None  # parameters and model FLOPs per sample (None: not modelled yet)
     prices: PriceList | None = None  # the spec's prices block (None: none)
+    runtime: str = "torch"  # what drives training: torch itself, or accelerate's Accelerator
     schema_version: int = PLAN_SCHEMA_VERSION
 
     def to_dict(self) -> dict:

@@ -187,8 +187,20 @@ def expand(
                 settings.set(override.path, override.value, key_span=override.key_span)
                 record_origins(settings.overlay, override.path, override.node, override.key_span)
             values = tuple((".".join(axis.path), axis.values[index]) for axis, index in zip(axes, choice))
-            variants.append(Variant(target, name, values, settings))
+            point, values = _with_runtime(name, values, settings)
+            variants.append(Variant(target, point, values, settings))
     return variants
+
+
+def _with_runtime(name: str, values: tuple, settings: Settings) -> tuple[str, tuple]:
+    """A point under runtime = accelerate set otherwise than by a sweep (the spec, `on`,
+    --set) carries the runtime in its name and values: a report sets it beside the same point
+    under torch, and their builds and results never take each other's place."""
+    runtime = settings.get(("runtime",), "torch")
+    if runtime == "torch" or any(key == "runtime" for key, _ in values):
+        return name, values
+    suffix = f"runtime-{runtime}"
+    return (suffix if name == "default" else f"{name}_{suffix}"), values + (("runtime", runtime),)
 
 
 def _point_name(axes, choice) -> str:

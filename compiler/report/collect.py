@@ -56,6 +56,7 @@ class Row:
     run_ids: tuple[str, ...]
     ratio: float | None = None  # to the baseline target at this point: > 1 is better
     roofline: dict | None = None  # the build's roofline (plan/roofline.py record); None: not kept
+    runtime: str = "torch"  # what drove the program: torch, or accelerate
 
 
 @frozen
@@ -130,6 +131,7 @@ def _row(trials: list[RunRecord], metric: Metric) -> Row | None:
         denoise_s_per_image=_median_or_none([(m.get("pipeline") or {}).get("denoise_s_per_image")
                                              for m in metrics]),
         references=(), run_ids=tuple(t.id for t in ok),
+        runtime=str(metrics[-1].get("runtime") or "torch"),  # programs before runtimes: torch
     )  # fmt: skip
 
 

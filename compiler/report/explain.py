@@ -168,6 +168,30 @@ def split_lines(section: Section) -> list[str]:
     return lines
 
 
+# ------------------------------------------------------------------ runtimes
+
+
+def runtime_lines(section: Section) -> list[str]:
+    """The same target and point under each runtime, side by side: accelerate over torch."""
+    groups: dict[tuple, dict[str, Row]] = {}
+    for row in section.rows:
+        values = tuple(sorted((k, str(v)) for k, v in row.point_values.items() if k != "runtime"))
+        groups.setdefault((row.target, values), {})[row.runtime] = row
+    lines = []
+    for (target, values), by_runtime in groups.items():
+        torch_row, other = by_runtime.get("torch"), by_runtime.get("accelerate")
+        if torch_row is None or other is None:
+            continue
+        ratio = _pair_ratio(other, torch_row, section)
+        where = ", ".join(f"{k}={v}" for k, v in values) or "the same point"
+        lines.append(
+            f"{target} at {where}: accelerate {sig(ratio)}x torch ({section.metric.label} "
+            f"{sig(other.headline.median)} vs {sig(torch_row.headline.median)} {other.headline_unit}; "
+            f"step p50 {sig(other.step_p50 * 1e3)} vs {sig(torch_row.step_p50 * 1e3)} ms)"
+        )
+    return lines
+
+
 # ------------------------------------------------------------------ against the roofline
 
 

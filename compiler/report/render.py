@@ -8,7 +8,7 @@ from __future__ import annotations
 import html
 
 from .collect import Row, Section
-from .explain import bound_lines, cost_lines, split_lines
+from .explain import bound_lines, cost_lines, runtime_lines, split_lines
 from .headline import sig
 from .prices import Prices
 
@@ -47,7 +47,8 @@ def headline_header(section: Section) -> str:
 def table(section: Section) -> tuple[list[str], list[list[str]]]:
     base, m = section.baseline, section.metric
     latency_headline = m.section is not None
-    header = ["point", "target", headline_header(section),
+    runtimes = any(r.runtime != "torch" for r in section.rows)
+    header = ["point", "target", *(["runtime"] if runtimes else []), headline_header(section),
               f"vs {base} (>1 = better)" if base else "ratio"]  # fmt: skip
     unit = section.rows[0].unit if section.rows else ""
     if latency_headline:
@@ -62,7 +63,7 @@ def table(section: Section) -> tuple[list[str], list[list[str]]]:
     header += ["peak memory (GiB)", "MFU", "world", "trials", "reference"]
     rows = []
     for row in section.rows:
-        cells = [row.point, row.target, _summary(row.headline),
+        cells = [row.point, row.target, *([row.runtime] if runtimes else []), _summary(row.headline),
                  f"{sig(row.ratio)}x" if row.ratio is not None else "-"]  # fmt: skip
         if latency_headline:
             cells.append(_summary(row.throughput))
@@ -113,6 +114,9 @@ def explanations(section: Section, prices) -> list[tuple[str, list[str]]]:
         found.append(("Each ratio between two targets = peak ratio x MFU ratio for compute-bound work, "
                       "HBM bandwidth ratio x bandwidth utilisation ratio for generation (x device and "
                       "work ratios where they differ)", why))  # fmt: skip
+    runtimes = runtime_lines(section)
+    if runtimes:
+        found.append(("The same point under each runtime (>1: accelerate is better)", runtimes))
     found.append(("Against the roofline (benchc estimate: the least time compute, memory and "
                   "interconnect allow)", bound_lines(section)))  # fmt: skip
     found.append(("Cost per unit of work", cost_lines(section, prices or spec_prices(section))))

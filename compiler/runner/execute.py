@@ -130,6 +130,8 @@ def execute(point: BuildPoint, run_dir: Path, timeout_s: float, on_line: Callabl
                        text=True, errors="replace", bufsize=1, env=env, start_new_session=True)  # fmt: skip
         try:
             for index in range(nodes):
+                # the node's number, for launchers that want one (accelerate's --machine_rank)
+                options["env"] = {**env, "MACHINE_RANK": str(index)}
                 process = subprocess.Popen(command, **options)
                 processes.append(process)
                 prefix = f"[node {index}] " if nodes > 1 else ""

@@ -13,7 +13,7 @@ from ..plan.types import InferWorkload, LlamaModel, Plan, SD3Pipeline
 
 
 def check_capabilities(plan: Plan, r: Resolved) -> list[Diagnostic]:
-    found = list(_not_generated(plan, r))
+    found = list(_not_generated(plan, r)) + list(_accelerate(plan, r))
     if not isinstance(plan.workload, InferWorkload):
         return found + list(_gaudi_fsdp(plan, r))
     return [*found, *_graphs(plan, r), *_generation(plan, r), *_pipeline(plan, r)]
@@ -65,6 +65,32 @@ def _not_generated(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:
     if isinstance(plan.model, LlamaModel) and w.attention == "xformers":
         yield Diagnostic("xformers attention is generated for MMDiT only", _span(r, w_kind, "attention"),
                          hint="write attention = fused or sdpa for llama")  # fmt: skip
+
+
+def _accelerate(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:
+    """runtime = accelerate drives the training programs (templates/runtime_accelerate.py.j2)."""
+    if plan.runtime != "accelerate":
+        return
+    w = plan.workload
+    if isinstance(w, InferWorkload):
+        yield Diagnostic(
+            "runtime = accelerate applies to training programs; inference programs run on torch",
+            _span(r, "runtime"),
+            hint="the SD3 pipeline and Llama generation time forward passes that accelerate adds "
+            "nothing to (their meta-device build is accelerate's init_empty_weights already): "
+            "write runtime = torch (the default)",
+        )
+        return
+    if w.compile:
+        yield Diagnostic("train.compile under runtime = accelerate is not generated yet",
+                         _span(r, "train", "compile"), hint=_LATER)  # fmt: skip
+    if plan.target.family == "cpu" and w.precision == "fp16":
+        yield Diagnostic(
+            "accelerate has no fp16 on the CPU: it would run fp32 and report fp16",
+            _span(r, "train", "precision"),
+            hint="write `on cpu { train.precision = bf16 }`, or runtime = torch (autocast and a "
+            "gradient scaler in fp16)",
+        )
 
 
 def _gaudi_fsdp(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:

@@ -79,6 +79,7 @@ PLAN = {
         "sharding": "none",
         "activation_checkpointing": False,
     },
+    "runtime": "torch",
     "params": 2028328000,
     "peak_flops_per_device": 989000000000000.0,
     "train": {
@@ -439,86 +440,16 @@ TORCH_OPTIMIZERS = {
 }
 
 
-def wrap_parallel(model, device, parallel: dict, world: int, dtype):
-    """Data parallel by DDP, or sharded by FSDP2 (fully_shard per block, then root).
-
-    FSDP2 runs mixed precision itself, as torchtitan does: each block's parameters are
-    all-gathered in the low precision and computed in it, gradients are reduced in fp32,
-    and the sharded fp32 parameters are the master weights. No autocast around the step:
-    its weight-cast cache would keep a low-precision copy of every unsharded block until
-    the forward ends (the whole model per rank)."""
-    if world == 1:
-        return model
-    if parallel["sharding"] == "fsdp":
-        policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
-        for block in transformer_blocks(model):
-            fully_shard(block, mp_policy=policy)
-        fully_shard(model, mp_policy=policy)
-        return model
-    return DistributedDataParallel(model, **device.ddp_options())
-
-
 def train(metrics: dict, started: float) -> None:
     rank, world, device = start_processes(metrics)
-    run, model_plan, parallel = PLAN["train"], PLAN["model"], PLAN["parallel"]
-    dtype = DTYPES[run["precision"]]
-    # The same initial weights on every rank (FSDP2 shards them as they are).
+    run, model_plan = PLAN["train"], PLAN["model"]
+    # The same initial weights on every rank (sharding splits them as they are).
     torch.manual_seed(run["seed"])
     device.before_model()
-    # A model too large for one device is built on the meta device (no memory), sharded,
-    # and only then materialised: each rank allocates and initialises its own shards.
-    on_meta = world > 1 and parallel["sharding"] == "fsdp" and model_plan["meta_init"]
-    model, buffers = build_on_meta(model_plan, on_meta, device.device)
-    if parallel["activation_checkpointing"]:
-        enable_activation_checkpointing(model)
-    model = device.prepare(model, run["attention"], training=True)
-    model.train()
-    model = wrap_parallel(model, device, parallel, world, dtype)
-    if on_meta:
-        materialise(model, buffers, device.device)
-    if run["compile"]:
-        model = device.compile(model)
-    sharded = world > 1 and parallel["sharding"] == "fsdp"
-    name, args = run["optimizer"]["name"], run["optimizer"]["args"]
-    optimizer = device.optimizer(name, model.parameters(), args, sharded)
-    scaler = device.grad_scaler(dtype, sharded)
+    # The runtime layer (below the core): the model, its sharding and optimizer, one step.
+    step = prepare_training(device, world, metrics)
     torch.manual_seed(run["seed"] + rank)  # different data on every rank
     batch = synthetic_batch(run, model_plan, device.device)
-    options = device.forward_options(run["attention"])
-    accumulation = run["grad_accum"]
-    # FSDP2's policy casts (see wrap_parallel); DDP and one device use autocast.
-    autocast = contextlib.nullcontext() if sharded else device.autocast(dtype)
-
-    def step() -> torch.Tensor:
-        total = torch.zeros((), device=device.device)
-        for micro in range(accumulation):
-            last = micro == accumulation - 1
-            # Reduce gradients across ranks only on the last micro batch of the step.
-            if sharded:
-                model.set_requires_gradient_sync(last)
-            quiet = world > 1 and not last and not sharded
-            sync = model.no_sync() if quiet else contextlib.nullcontext()
-            with sync, device.attention(run["attention"]):
-                loss = compute_loss(model, batch, autocast, options) / accumulation
-                (scaler.scale(loss) if scaler else loss).backward()
-            device.mark_step()
-            total += loss.detach()
-        if run["grad_clip"]:
-            if scaler:
-                scaler.unscale_(optimizer)
-            if sharded:  # the norm over all shards (FSDP2's DTensors)
-                torch.nn.utils.clip_grad_norm_(model.parameters(), run["grad_clip"])
-            else:
-                device.clip_grad_norm(model.parameters(), run["grad_clip"])
-        if scaler:
-            scaler.step(optimizer)
-            scaler.update()
-        else:
-            optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        device.mark_step()
-        return total
-
     metrics["startup_s"] = time.perf_counter() - started
     step_times, losses = [], []
     for index in range(run["steps"]):
@@ -528,7 +459,7 @@ def train(metrics: dict, started: float) -> None:
             device.reset_peak_memory()
         device.synchronize()
         begin = time.perf_counter()
-        loss = step()
+        loss = step(batch)
         device.synchronize()
         step_times.append(time.perf_counter() - begin)
         losses.append(float(loss))
@@ -571,6 +502,88 @@ def train(metrics: dict, started: float) -> None:
 # ==== benchc: end of device-neutral core ====
 
 
+# ==== benchc: runtime layer (torch) ====
+def wrap_parallel(model, device, parallel: dict, world: int, dtype):
+    """Data parallel by DDP, or sharded by FSDP2 (fully_shard per block, then root).
+
+    FSDP2 runs mixed precision itself, as torchtitan does: each block's parameters are
+    all-gathered in the low precision and computed in it, gradients are reduced in fp32,
+    and the sharded fp32 parameters are the master weights. No autocast around the step:
+    its weight-cast cache would keep a low-precision copy of every unsharded block until
+    the forward ends (the whole model per rank)."""
+    if world == 1:
+        return model
+    if parallel["sharding"] == "fsdp":
+        policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
+        for block in transformer_blocks(model):
+            fully_shard(block, mp_policy=policy)
+        fully_shard(model, mp_policy=policy)
+        return model
+    return DistributedDataParallel(model, **device.ddp_options())
+
+
+def prepare_training(device, world: int, metrics: dict):
+    """The torch runtime: the model built and wrapped by this program itself (DDP, FSDP2 or
+    DeepSpeed), its optimizer, and step(batch), one optimizer step over the plan's micro
+    batches, returning their mean loss. Records the model's wrapper in the metrics."""
+    run, model_plan, parallel = PLAN["train"], PLAN["model"], PLAN["parallel"]
+    dtype = DTYPES[run["precision"]]
+    # A model too large for one device is built on the meta device (no memory), sharded,
+    # and only then materialised: each rank allocates and initialises its own shards.
+    on_meta = world > 1 and parallel["sharding"] == "fsdp" and model_plan["meta_init"]
+    model, buffers = build_on_meta(model_plan, on_meta, device.device)
+    if parallel["activation_checkpointing"]:
+        enable_activation_checkpointing(model)
+    model = device.prepare(model, run["attention"], training=True)
+    model.train()
+    model = wrap_parallel(model, device, parallel, world, dtype)
+    if on_meta:
+        materialise(model, buffers, device.device)
+    if run["compile"]:
+        model = device.compile(model)
+    sharded = world > 1 and parallel["sharding"] == "fsdp"
+    name, args = run["optimizer"]["name"], run["optimizer"]["args"]
+    optimizer = device.optimizer(name, model.parameters(), args, sharded)
+    scaler = device.grad_scaler(dtype, sharded)
+    metrics["runtime_detail"] = {"wrapper": type(model).__name__}
+    options = device.forward_options(run["attention"])
+    accumulation = run["grad_accum"]
+    # FSDP2's policy casts (see wrap_parallel); DDP and one device use autocast.
+    autocast = contextlib.nullcontext() if sharded else device.autocast(dtype)
+
+    def step(batch: dict) -> torch.Tensor:
+        total = torch.zeros((), device=device.device)
+        for micro in range(accumulation):
+            last = micro == accumulation - 1
+            # Reduce gradients across ranks only on the last micro batch of the step.
+            if sharded:
+                model.set_requires_gradient_sync(last)
+            quiet = world > 1 and not last and not sharded
+            sync = model.no_sync() if quiet else contextlib.nullcontext()
+            with sync, device.attention(run["attention"]):
+                loss = compute_loss(model, batch, autocast, options) / accumulation
+                (scaler.scale(loss) if scaler else loss).backward()
+            device.mark_step()
+            total += loss.detach()
+        if run["grad_clip"]:
+            if scaler:
+                scaler.unscale_(optimizer)
+            if sharded:  # the norm over all shards (FSDP2's DTensors)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), run["grad_clip"])
+            else:
+                device.clip_grad_norm(model.parameters(), run["grad_clip"])
+        if scaler:
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        device.mark_step()
+        return total
+
+    return step
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--metrics", default="metrics.json", help="metrics JSON path")
@@ -587,6 +600,7 @@ def main(argv=None) -> int:
         "smoke": PLAN["smoke"],
         "spec_sha256": PLAN["spec_sha256"],
         "workload": PLAN["workload"],
+        "runtime": PLAN["runtime"],
         "metric": PLAN["metric"],
         "host": socket.gethostname(),
         "started_at": utc_now(),
