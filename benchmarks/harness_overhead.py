@@ -160,10 +160,11 @@ def plan_of(bench_py: Path) -> dict:
     raise LookupError(f"no PLAN in {bench_py}")
 
 
-def build(work: Path, steps: int, warmup: int) -> Path:
-    out = work / "build"
+def build(work: Path, steps: int, warmup: int, *sets: str, name: str = "build") -> Path:
+    out = work / name
+    extra = [a for s in sets for a in ("--set", s)]
     subprocess.run(
-        [str(BENCHC), "compile", str(REPO / "specs" / "sd3.bench"), *BUILD,
+        [str(BENCHC), "compile", str(REPO / "specs" / "sd3.bench"), *BUILD, *extra,
          "--set", f"train.steps={steps}", "--set", f"train.warmup={warmup}", "-o", str(out)],
         check=True, stdout=subprocess.DEVNULL,
     )  # fmt: skip
@@ -171,35 +172,53 @@ def build(work: Path, steps: int, warmup: int) -> Path:
     return point
 
 
-def one_round(point: Path, plan: dict, work: Path, threads: int, cpu: int, generated_first: bool):
-    """Both programs at once, taking turns step by step: (generated, hand-written) step times."""
-    (work / "generated.py").write_text(GENERATED)
-    (work / "loop.py").write_text(LOOP)
-    a_to_b, b_to_a = os.pipe(), os.pipe()  # (read, write): generated = A, loop = B
+def take_turns(a: tuple[list, Path], b: tuple[list, Path], threads: int, cpu: int, a_first: bool) -> None:
+    """Run two programs at once, each (argv, cwd) given its token pipe ends as its first two
+    arguments, taking turns step by step on one CPU (see the module's docstring)."""
+    a_to_b, b_to_a = os.pipe(), os.pipe()  # (read, write)
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
 
     def pinned() -> None:
         os.sched_setaffinity(0, {cpu})
 
-    metrics, loop_out = work / "metrics.json", work / "loop.json"
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE, "env": env, "preexec_fn": pinned}
-    a = subprocess.Popen([sys.executable, str(work / "generated.py"), str(b_to_a[0]), str(a_to_b[1]),
-                          str(metrics)], cwd=point, pass_fds=(b_to_a[0], a_to_b[1]), **quiet)  # fmt: skip
-    b = subprocess.Popen([sys.executable, str(work / "loop.py"), str(a_to_b[0]), str(b_to_a[1]),
-                          str(loop_out), json.dumps(plan), str(threads)], pass_fds=(a_to_b[0], b_to_a[1]),
-                         **quiet)  # fmt: skip
-    os.write(b_to_a[1] if generated_first else a_to_b[1], b"t")  # who takes the first step
+    (a_argv, a_cwd), (b_argv, b_cwd) = a, b
+    procs = [
+        subprocess.Popen([sys.executable, a_argv[0], str(b_to_a[0]), str(a_to_b[1]), *a_argv[1:]], cwd=a_cwd,
+                         pass_fds=(b_to_a[0], a_to_b[1]), **quiet),
+        subprocess.Popen([sys.executable, b_argv[0], str(a_to_b[0]), str(b_to_a[1]), *b_argv[1:]], cwd=b_cwd,
+                         pass_fds=(a_to_b[0], b_to_a[1]), **quiet),
+    ]  # fmt: skip
+    os.write(b_to_a[1] if a_first else a_to_b[1], b"t")  # who takes the first step
     for fd in (*a_to_b, *b_to_a):
         os.close(fd)  # the children hold their ends: a program's exit is the other's end of file
-    errors = [p.communicate()[1] for p in (a, b)]
-    for proc, name, err in zip((a, b), ("generated program", "hand-written loop"), errors):
+    errors = [p.communicate()[1] for p in procs]
+    for proc, argv, err in zip(procs, (a_argv, b_argv), errors):
         if proc.returncode:
-            raise SystemExit(f"the {name} failed ({proc.returncode}):\n{err.decode()[-2000:]}")
+            raise SystemExit(f"{argv[0]} failed ({proc.returncode}):\n{err.decode()[-2000:]}")
+
+
+def generated_program(work: Path, point: Path, metrics: Path) -> tuple[list, Path]:
+    """The generated program at `point`, as take_turns runs it: (argv, cwd)."""
+    (work / "generated.py").write_text(GENERATED)
+    return [str(work / "generated.py"), str(metrics)], point
+
+
+def step_times(metrics: Path) -> list[float]:
+    found = json.loads(metrics.read_text())
+    assert found["status"] == "ok", found.get("error")
+    return found["step_time_s"]["all"]
+
+
+def one_round(point: Path, plan: dict, work: Path, threads: int, cpu: int, generated_first: bool):
+    """Both programs at once, taking turns step by step: (generated, hand-written) step times."""
+    (work / "loop.py").write_text(LOOP)
+    metrics, loop_out = work / "metrics.json", work / "loop.json"
+    loop = [str(work / "loop.py"), str(loop_out), json.dumps(plan), str(threads)], work
+    take_turns(generated_program(work, point, metrics), loop, threads, cpu, generated_first)
     found = json.loads(loop_out.read_text())
     assert found["threads"] == threads, found
-    generated = json.loads(metrics.read_text())
-    assert generated["status"] == "ok", generated.get("error")
-    return generated["step_time_s"]["all"], found["all"]
+    return step_times(metrics), found["all"]
 
 
 def p10(values: list[float]) -> float:
@@ -233,8 +252,9 @@ def main() -> None:
             rows["median step"].append(ma / mb)
             rows["step-by-step (median of ratios)"].append(statistics.median(x / y for x, y in zip(a, b)))
             rows["p10 step"].append(p10(a) / p10(b))
-            print(f"  round {i + 1} ({'generated' if i % 2 == 0 else 'loop'} first): step median generated "
-                  f"{ma * 1e3:7.2f} ms, hand-written {mb * 1e3:7.2f} ms, ratio {ma / mb:.4f}", flush=True)  # fmt: skip
+            first = "generated" if i % 2 == 0 else "loop"
+            print(f"  round {i + 1} ({first} first): step median generated {ma * 1e3:7.2f} ms, "
+                  f"hand-written {mb * 1e3:7.2f} ms, ratio {ma / mb:.4f}", flush=True)  # fmt: skip
     print("ratios generated / hand-written over rounds:")
     for label, values in rows.items():
         median, iqr, low, high = spread(values)

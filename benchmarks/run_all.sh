@@ -15,12 +15,13 @@ log="${TMPDIR:-/tmp}/benchc-benchmarks-$(date -u +%Y%m%dT%H%M%SZ).txt"
 if [ -n "${QUICK:-}" ]; then
   compile_args=(--rounds 1) harness_args=(--rounds 2 --steps 40 --warmup 10) store_args=(--runs 1000 --rounds 1)
 else
-  compile_args=(--rounds 9) harness_args=(--rounds 8 --steps 160 --warmup 20) store_args=(--runs 10000 --rounds 3)
+  compile_args=(--rounds 9) harness_args=(--rounds 8 --steps 220 --warmup 20) store_args=(--runs 10000 --rounds 3)
 fi
 {
   echo "benchc benchmarks: $(date); $(nproc) CPUs; $(uptime)"
   "$PYTHON" benchmarks/compile_latency.py "${compile_args[@]}"
   "$PYTHON" benchmarks/harness_overhead.py "${harness_args[@]}"
+  "$PYTHON" benchmarks/runtime_overhead.py "${harness_args[@]}"
   "$PYTHON" benchmarks/store_speed.py "${store_args[@]}"
   echo "done: $(date); $(uptime)"
 } 2>&1 | tee "$log"

@@ -34,6 +34,12 @@ def builds(tmp_path_factory) -> Path:
             result = run_cli("compile", f"specs/{spec}", "-t", target, "--sbatch", "-o", str(out), cwd=REPO)
             assert result.code == 0, result.err
         assert run_cli("compile", f"specs/{spec}", "--smoke", "-o", str(out), cwd=REPO).code == 0
+    # the training specs under runtime = accelerate too: accelerate launch (points named *_runtime-*)
+    for spec in ("sd3.bench", "sd3-scale.bench", "beluga-train.bench"):
+        for target in TARGETS:
+            sets = ["--set", "runtime=accelerate", "--set", "train.precision=bf16", "--sbatch"]
+            result = run_cli("compile", f"specs/{spec}", "-t", target, *sets, "-o", str(out), cwd=REPO)
+            assert result.code == 0, result.err
     return out
 
 
@@ -287,6 +293,9 @@ def test_two_launchers_on_loopback_run_s1_as_two_nodes(tmp_path):
 
 
 def test_no_launcher_demands_a_node_rank(builds):
+    """torchrun's c10d rendezvous numbers the nodes. (accelerate launch wants a machine rank,
+    its convention: launch.sh takes MACHINE_RANK, or SLURM_NODEID under Slurm; see
+    tests/test_accelerate_runtime.py.)"""
     for path in shell_files(builds):
         text = path.read_text()
         assert "$NODE_RANK" not in text and "${NODE_RANK" not in text, path

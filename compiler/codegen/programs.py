@@ -229,7 +229,7 @@ def import_lines(
         if not deepspeed:
             need("torch.distributed.fsdp", "MixedPrecisionPolicy")
         if family == "hpu":
-            need("optimum.habana.accelerate", "GaudiAccelerator")
+            need("optimum.habana.accelerate.accelerator", "GaudiAccelerator")
             need("accelerate.utils", "DistributedDataParallelKwargs")
         else:
             need("accelerate", "Accelerator")

@@ -1,0 +1,284 @@
+"""runtime = accelerate (templates/runtime_accelerate.py.j2): the training programs driven by
+accelerate's Accelerator, launched by `accelerate launch` with a generated accelerate.yaml.
+
+What runs for real here, on the CPU: S1 under both runtimes through `benchc run` (as 2 nodes
+x 1 on loopback, the multi-node branch of accelerate launch) and reported side by side; S4
+under accelerate's FSDP plugin and its DeepSpeed plugin (tests/test_slurm.py runs S1 as a real
+two-node Slurm job). What is checked statically: the cuda and hpu programs' calls bound to the
+installed accelerate and to optimum-habana's source (its GaudiAccelerator), the settings
+handed to the Accelerator as a dict, accelerate.yaml read by accelerate's own loader, and each
+launcher's command parsed by accelerate's own argument parser.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from codegen_helpers import core_text, spec_files
+from static_checks import _source_signature, check_program
+from system_tools import Unavailable, ensure
+
+from benchc.results.store import Store
+
+from conftest import REPO, run_cli
+
+BF16 = ["train.precision=bf16"]  # S4 asks for fp16, which accelerate cannot run on the CPU
+VARIANTS = [  # (spec, target, overrides)
+    ("sd3.bench", "cpu", []),
+    ("sd3.bench", "h100", ["train.grad_clip=1.0", "parallel.activation_checkpointing=true"]),
+    ("sd3.bench", "gaudi2", ["train.grad_clip=1.0"]),
+    ("sd3.bench", "a100", ["parallel.sharding=fsdp"]),
+    ("beluga-train.bench", "cpu", BF16),
+    ("beluga-train.bench", "h100", []),
+    ("beluga-train.bench", "h100", ["parallel.sharding=zero2"]),
+    ("beluga-train.bench", "gaudi2", []),  # ZeRO-3 on Gaudi (the spec's on gaudi2 block)
+    ("beluga-train.bench", "cpu", [*BF16, "parallel.sharding=zero3"]),
+]
+
+
+def files(spec: str, target: str, overrides=(), smoke=False) -> dict:
+    return spec_files(spec, target, smoke=smoke, overrides=["runtime=accelerate", *overrides])
+
+
+def test_the_core_is_the_same_text_under_both_runtimes():
+    for spec, target, overrides in VARIANTS:
+        torch_program = spec_files(spec, target, overrides=overrides)["bench.py"]
+        accelerate_program = files(spec, target, overrides)["bench.py"]
+        assert core_text(accelerate_program) == core_text(torch_program), (spec, target)
+        assert "# ==== benchc: runtime layer (accelerate) ====" in accelerate_program
+        assert "# ==== benchc: runtime layer (torch) ====" in torch_program
+        assert "accelerator.prepare(model, optimizer)" not in torch_program
+
+
+def _settings_keys(program: str) -> set[str]:
+    """The keys accelerate_settings() puts in `settings`, the dict handed to the Accelerator."""
+    tree = ast.parse(program)
+    function = next(
+        n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "accelerate_settings"
+    )
+    keys = set()
+    for node in ast.walk(function):
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["settings"]:
+            keys |= {k.value for k in node.value.keys}
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store):
+            if isinstance(node.value, ast.Name) and node.value.id == "settings":
+                keys.add(node.slice.value)
+    assert "mixed_precision" in keys and "gradient_accumulation_steps" in keys
+    return keys
+
+
+@pytest.mark.parametrize("spec, target, overrides", VARIANTS)
+def test_accelerate_programs_bind_to_the_installed_libraries(spec, target, overrides):
+    from accelerate import Accelerator
+
+    program = files(spec, target, overrides)["bench.py"]
+    report = check_program(program)
+    assert report.problems == [], report.problems
+    checked = set(report.checked)
+    deepspeed = "zero" in str(overrides) or (spec == "beluga-train.bench" and target == "gaudi2")
+    plugin = "accelerate.DeepSpeedPlugin" if deepspeed else "accelerate.FullyShardedDataParallelPlugin"
+    assert plugin in checked
+    if target.startswith("gaudi"):
+        accelerator = "optimum.habana.accelerate.accelerator.GaudiAccelerator"
+        if not deepspeed:
+            assert "accelerate.utils.DistributedDataParallelKwargs" in checked
+        parameters = set(_source_signature(accelerator).parameters)
+    else:
+        accelerator = "accelerate.Accelerator"
+        parameters = set(inspect.signature(Accelerator.__init__).parameters)
+    assert accelerator in checked
+    assert _settings_keys(program) <= parameters  # handed over as **settings
+    assert "optimum.habana" not in program or target.startswith("gaudi")  # never imported off Gaudi
+
+
+def accelerate_config(point: Path):
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    return load_config_from_file(str(point / "accelerate.yaml"))
+
+
+def test_accelerate_yaml_is_read_by_accelerate_and_agrees_with_the_plan(tmp_path):
+    cases = {  # (spec, target, overrides): (distributed_type, mixed precision, processes, machines)
+        ("sd3.bench", "cpu", ("train.batch=16",)): ("MULTI_GPU", "bf16", 16, 2),
+        ("sd3.bench", "h100", ("train.batch=16", "parallel.activation_checkpointing=true",
+                               "parallel.sharding=fsdp")): ("FSDP", "bf16", 16, 2),
+        ("sd3.bench", "gaudi2", ("train.batch=16",)): ("MULTI_HPU", "bf16", 16, 2),
+        ("beluga-train.bench", "gaudi2", ()): ("DEEPSPEED", "none", 256, 32),  # in DeepSpeed's config
+        ("beluga-train.bench", "cpu", (*BF16, "cluster.nodes=1", "cluster.devices_per_node=1",
+                                       "parallel.data=1", "train.global_batch=4")): ("NO", "bf16", 1, 1),
+    }  # fmt: skip
+    for (spec, target, overrides), (kind, precision, processes, machines) in cases.items():
+        out = tmp_path / f"{spec}-{target}-{len(overrides)}"
+        sets = [a for o in ("runtime=accelerate", *overrides) for a in ("--set", o)]
+        assert run_cli("compile", f"specs/{spec}", "-t", target, *sets, "-o", str(out), cwd=REPO).code == 0
+        (point,) = [p.parent for p in out.rglob("accelerate.yaml")]
+        config = accelerate_config(point)
+        plan = json.loads((point / "manifest.json").read_text())["plan"]
+        assert str(config.distributed_type).split(".")[-1] == kind, (spec, target)
+        assert (config.num_processes, config.num_machines) == (processes, machines)
+        assert plan["cluster"]["world_size"] == processes and plan["runtime"] == "accelerate"
+        assert str(config.mixed_precision).split(".")[-1].lower() == precision
+        assert config.use_cpu == (target == "cpu")
+        if kind == "FSDP":
+            fsdp = config.fsdp_config
+            assert fsdp["fsdp_version"] == 2 and fsdp["fsdp_activation_checkpointing"] is True
+            assert fsdp["fsdp_transformer_layer_cls_to_wrap"] == "JointTransformerBlock"
+        if kind == "DEEPSPEED":  # the stage is bench.py's DeepSpeed config; accelerate refuses it here
+            assert set(config.deepspeed_config) == {"zero3_init_flag", "deepspeed_multinode_launcher"}
+            assert config.deepspeed_config["zero3_init_flag"] is (plan["parallel"]["sharding"] == "zero3")
+            assert "mixed precision: bf16" in (point / "accelerate.yaml").read_text()
+
+
+def test_the_wrapped_block_classes_are_the_models_own():
+    import torch
+    from diffusers import SD3Transformer2DModel
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from benchc.codegen.launchers import BLOCK_CLASSES
+
+    with torch.device("meta"):
+        mmdit = SD3Transformer2DModel(num_layers=1, num_attention_heads=2, attention_head_dim=8,
+                                      joint_attention_dim=16, caption_projection_dim=16, sample_size=8,
+                                      pooled_projection_dim=16, pos_embed_max_size=8)  # fmt: skip
+        llama = LlamaForCausalLM(LlamaConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                             intermediate_size=32, vocab_size=32))  # fmt: skip
+    assert {type(b).__name__ for b in mmdit.transformer_blocks} == {BLOCK_CLASSES["mmdit"]}
+    assert {type(b).__name__ for b in llama.model.layers} == {BLOCK_CLASSES["llama"]}
+
+
+def dry_run(point: Path, **env: str) -> list[str]:
+    import shlex
+
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "MASTER_", "MACHINE_"))}
+    full.update(PYTHON="python3", BENCHC_DRY_RUN="1", **env)
+    proc = subprocess.run(["bash", str(point / "launch.sh"), "--metrics", "m.json"], capture_output=True,
+                          text=True, env=full, cwd=point)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return shlex.split(proc.stdout)
+
+
+def launch_args(argv: list[str]):
+    from accelerate.commands.launch import launch_command_parser
+
+    assert argv[:3] == ["python3", "-m", "accelerate.commands.launch"], argv
+    return launch_command_parser().parse_args(argv[3:])
+
+
+def test_launchers_follow_accelerates_conventions_and_parse(tmp_path):
+    try:
+        ensure({"scontrol": "slurm-client", "shellcheck": "shellcheck"})
+    except Unavailable as exc:
+        pytest.fail(f"the Slurm client and shellcheck are required here: {exc}")
+    slurm_conf = tmp_path / "slurm.conf"
+    slurm_conf.write_text("ClusterName=dry\nSlurmctldHost=localhost\n")
+    sets = ["--set", "runtime=accelerate", "--set", "train.batch=16"]
+    for target in ("cpu", "h100", "gaudi2"):
+        assert run_cli("compile", "specs/sd3.bench", "-t", target, *sets, "--sbatch", "-o", str(tmp_path),
+                       cwd=REPO).code == 0  # fmt: skip
+    points = sorted(p.parent for p in tmp_path.rglob("accelerate.yaml"))
+    assert len(points) == 3
+    shells = [p / name for p in points for name in ("launch.sh", "job.sbatch")]
+    for path in shells:
+        assert subprocess.run(["bash", "-n", str(path)]).returncode == 0, path
+    lint = subprocess.run(["shellcheck", "-S", "warning", *map(str, shells)], capture_output=True, text=True)
+    assert lint.returncode == 0, lint.stdout[-3000:]
+    h100 = tmp_path / "sd3_mmdit_train/h100/runtime-accelerate"
+    # by hand: the machine rank and the first node's address, as accelerate asks
+    args = launch_args(dry_run(h100, MACHINE_RANK="1", MASTER_ADDR="node0.example", MASTER_PORT="29555"))
+    assert (args.config_file, args.machine_rank, args.main_process_ip) == (
+        "accelerate.yaml",
+        1,
+        "node0.example",
+    )
+    assert args.main_process_port == 29555 and args.training_script == "bench.py"
+    assert args.training_script_args == ["--metrics", "m.json"]
+    # under Slurm: the node's SLURM_NODEID, the first node of the allocation
+    args = launch_args(dry_run(h100, SLURM_CONF=str(slurm_conf), SLURM_JOB_NODELIST="gpu[07-08]",
+                               SLURM_JOB_NUM_NODES="2", SLURM_NODEID="1"))  # fmt: skip
+    assert (args.machine_rank, args.main_process_ip, args.main_process_port) == (1, "gpu07", 29500)
+    # without a rank outside Slurm, the message says what to set
+    bare = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "MASTER", "MACHINE"))}
+    proc = subprocess.run(["bash", str(h100 / "launch.sh")], capture_output=True, text=True,
+                          env={**bare, "MASTER_ADDR": "n0"})  # fmt: skip
+    assert proc.returncode != 0 and "set MACHINE_RANK to the number of this node, 0 to 1" in proc.stderr
+    assert "srun --ntasks-per-node=1" in (h100 / "job.sbatch").read_text()  # one launcher per node
+
+
+def test_check_refuses_what_the_accelerate_runtime_cannot_honour():
+    cases = [
+        ("sd3-infer.bench", [], "runtime = accelerate applies to training programs"),
+        ("beluga-infer.bench", [], "runtime = accelerate applies to training programs"),
+        ("sd3.bench", ["train.compile=true"], "train.compile under runtime = accelerate is not generated"),
+        ("beluga-train.bench", ["train.precision=fp16"], "accelerate has no fp16 on the CPU"),
+    ]
+    for spec, overrides, message in cases:
+        sets = [a for o in ("runtime=accelerate", *overrides) for a in ("--set", o)]
+        result = run_cli("check", f"specs/{spec}", "-t", "cpu", *sets, cwd=REPO)
+        assert result.code == 2 and message in result.err and "Traceback" not in result.err, result.err
+        assert result.err.startswith("--set["), result.err  # located at the setting
+    bad = run_cli("check", "specs/sd3.bench", "--set", "runtime=jax", cwd=REPO)
+    assert bad.code == 2 and "runtime" in bad.err and "accelerate" in bad.err
+
+
+def store_runs(db: Path):
+    with Store(db) as store:
+        return store.runs()
+
+
+def test_s1_runs_under_both_runtimes_and_the_report_sets_them_side_by_side(tmp_path):
+    """The issue's acceptance: `benchc run specs/sd3.bench --target cpu --smoke --set
+    runtime=accelerate` passes (2 nodes x 1 on loopback: accelerate launch's multi-node
+    branch), and a report shows each point under both runtimes with the ratio."""
+    db, out = tmp_path / "r.db", tmp_path / "build"
+    for extra in ([], ["--set", "runtime=accelerate"]):
+        proc = subprocess.run([sys.executable, "-m", "benchc", "run", "specs/sd3.bench", "--target", "cpu",
+                               "--smoke", *extra, "--db", str(db), "-o", str(out)], cwd=REPO,
+                              capture_output=True, text=True, timeout=600)  # fmt: skip
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    runs = store_runs(db)
+    accelerate = [r for r in runs if r.metrics.get("runtime") == "accelerate"]
+    assert len(accelerate) == 2 and len(runs) == 4 and all(r.status == "ok" for r in runs)
+    for run in accelerate:
+        assert run.point.endswith("_runtime-accelerate")
+        assert run.metrics["runtime_detail"]["distributed_type"] == "MULTI_CPU"  # DDP over gloo
+        assert run.metrics["runtime_detail"]["wrapper"] == "DistributedDataParallel"
+        assert run.metrics["world_size"] == 2 and run.metrics["versions"]["accelerate"]
+    report = subprocess.run([sys.executable, "-m", "benchc", "report", "--db", str(db), "-o",
+                             str(tmp_path / "rep")], cwd=REPO, capture_output=True, text=True,
+                            timeout=300)  # fmt: skip
+    assert report.returncode == 0, report.stderr
+    page = (tmp_path / "rep" / "report.md").read_text()
+    assert "| point | target | runtime |" in page
+    for batch in (16, 32):
+        line = next(
+            x for x in page.splitlines() if x.startswith(f"- cpu at train.batch={batch}: accelerate ")
+        )
+        assert "x torch (throughput" in line and "step p50" in line, line
+
+
+@pytest.mark.parametrize("sharding, detail", [("fsdp", ("FSDP", "FSDPLlamaForCausalLM")),
+                                              ("zero3", ("DEEPSPEED", "DeepSpeedEngine"))])  # fmt: skip
+def test_s4_trains_under_accelerates_fsdp_and_deepspeed_plugins(tmp_path, sharding, detail):
+    db = tmp_path / "r.db"
+    sets = ["runtime=accelerate", "train.precision=bf16", f"parallel.sharding={sharding}",
+            "train.grad_clip=1.0"]  # fmt: skip
+    proc = subprocess.run([sys.executable, "-m", "benchc", "run", "specs/beluga-train.bench", "--target",
+                           "cpu", "--smoke", *(a for s in sets for a in ("--set", s)), "--db", str(db),
+                           "-o", str(tmp_path / "build")], cwd=REPO, capture_output=True, text=True,
+                          timeout=900)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (run,) = store_runs(db)
+    metrics = run.metrics
+    assert run.status == "ok" and metrics["runtime"] == "accelerate"
+    detail_seen = (metrics["runtime_detail"]["distributed_type"], metrics["runtime_detail"]["wrapper"])
+    assert detail_seen == detail
+    assert metrics["runtime_detail"]["mixed_precision"] == "bf16"
+    losses = metrics["loss"]["all"]
+    assert losses[-1] < losses[0], losses  # it learns
