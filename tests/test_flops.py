@@ -79,3 +79,91 @@ def test_llama_parameters_and_flops_match_transformers():
     cost = llama_cost(hidden, layers, heads, kv, inter, vocab, 64)
     # the counter also sees the rotary embedding's small outer product (head_dim / 2 x seq_len)
     assert cost.forward_flops_per_sample == pytest.approx(counter.get_total_flops(), rel=1e-4)
+
+
+@pytest.mark.parametrize("input_tokens, output_tokens, cache", [(16, 8, "dynamic"), (32, 1, "dynamic"),
+                                                                 (16, 8, "static")])  # fmt: skip
+def test_generation_flops_match_torch_flop_counter(input_tokens, output_tokens, cache):
+    """Prefill and decode as transformers' generate runs them (the output head on the prompt's
+    last token only, each decode step attending the tokens so far). A static cache also
+    attends its unfilled, masked positions: more than model work, never less."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from benchc.plan.flops import llama_generate_flops
+
+    shape = (128, 2, 4, 2, 256, 1024)  # hidden, layers, heads, kv heads, intermediate, vocab
+    hidden, layers, heads, kv, inter, vocab = shape
+    torch.manual_seed(0)
+    config = LlamaConfig(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+                         num_key_value_heads=kv, intermediate_size=inter, vocab_size=vocab,
+                         attn_implementation="sdpa")  # fmt: skip
+    model = LlamaForCausalLM(config).eval()
+    prompt = torch.randint(0, vocab, (1, input_tokens))
+    options = {"cache_implementation": "static"} if cache == "static" else {}
+    with torch.no_grad(), sdpa_kernel([SDPBackend.MATH]), FlopCounterMode(display=False) as counter:
+        model.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=output_tokens,
+                       min_new_tokens=output_tokens, do_sample=False, pad_token_id=0, **options)  # fmt: skip
+    counted, modelled = counter.get_total_flops(), llama_generate_flops(*shape, input_tokens, output_tokens)
+    if cache == "dynamic":  # the counter also sees RoPE's small outer products
+        assert counted == pytest.approx(modelled, rel=1e-4)
+    else:
+        assert modelled < counted < 1.05 * modelled
+
+
+SD3_PROBE = """
+import json, sys, time
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+sys.path.insert(0, sys.argv[1])
+import bench
+
+counted = []  # FLOPs of each MMDiT forward
+build = bench.build_pipeline
+
+def hooked(*args, **kwargs):
+    pipe = build(*args, **kwargs)
+    counter = []
+    def start(module, args, kwargs):
+        counter.append(FlopCounterMode(display=False))
+        counter[-1].__enter__()
+    def stop(module, args, kwargs, output):
+        mode = counter.pop()
+        mode.__exit__(None, None, None)
+        counted.append(mode.get_total_flops())
+    pipe.transformer.register_forward_pre_hook(start, with_kwargs=True)
+    pipe.transformer.register_forward_hook(stop, with_kwargs=True)
+    return pipe
+
+bench.build_pipeline = hooked
+bench.pipeline_benchmark({}, time.perf_counter())
+print(json.dumps({"forwards": counted, "plan": bench.PLAN}))
+"""
+
+
+def test_sd3_pipeline_flops_per_image_match_torch_flop_counter(tmp_path):
+    """The denoising loop of the real (tiny) SD3 pipeline of the generated program: FLOPs per
+    image = the MMDiT's forward (a doubled batch under guidance) x denoising steps, as the
+    plan counts it (text encoders and VAE not counted)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from conftest import REPO, run_cli
+
+    sets = ["--set", "infer.attention=eager", "--set", "infer.steps=2", "--set", "infer.warmup=1"]
+    assert (
+        run_cli("compile", "specs/sd3-infer.bench", "--smoke", *sets, "-o", str(tmp_path), cwd=REPO).code == 0
+    )
+    point = tmp_path / "sd3_large_infer/cpu/default-smoke"
+    script = tmp_path / "probe.py"
+    script.write_text(SD3_PROBE)
+    proc = subprocess.run([sys.executable, str(script), str(point)], capture_output=True, text=True,
+                          timeout=300, cwd=point, env={**os.environ, "OMP_NUM_THREADS": "1"})  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    run, forwards = found["plan"]["infer"], found["forwards"]
+    assert run["guidance"] > 1 and len(set(forwards)) == 1  # every step the same doubled batch
+    assert len(forwards) == run["steps"] * run["denoising_steps"]
+    per_image = forwards[0] * run["denoising_steps"] / run["batch"]
+    assert found["plan"]["flops_per_sample"] == pytest.approx(per_image, rel=1e-9)

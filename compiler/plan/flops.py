@@ -120,12 +120,15 @@ def llama_cost(hidden: int, layers: int, heads: int, kv_heads: int, intermediate
 def llama_generate_flops(hidden: int, layers: int, heads: int, kv_heads: int, intermediate: int,
                          vocab: int, input_tokens: int, output_tokens: int) -> float:  # fmt: skip
     """Forward FLOPs to prefill `input_tokens` and generate `output_tokens` with a KV cache:
-    every token costs 2 x the matmul weights, and attends to all tokens before it
-    (4 L h x context)."""
+    every token fed costs 2 x the layers' matmul weights and attends to all tokens before it
+    (4 L h x context); the output head runs once per generated token (generate keeps only
+    the prompt's last logits). Work a static cache pads in (attention over its unfilled
+    positions) is not model work and not counted."""
     matmul = _llama_matmul_weights(hidden, layers, heads, kv_heads, intermediate, vocab)
+    head = vocab * hidden
     tokens = input_tokens + output_tokens - 1  # the last generated token is not fed back
     # the prefill attends input x input; decode step t (1 .. output - 1) attends input + t:
     # an arithmetic series, summed in closed form
     steps = output_tokens - 1
     context = input_tokens * input_tokens + steps * input_tokens + steps * (steps + 1) // 2
-    return 2.0 * matmul * tokens + 4.0 * layers * hidden * context
+    return 2.0 * (matmul - head) * tokens + 2.0 * head * output_tokens + 4.0 * layers * hidden * context
