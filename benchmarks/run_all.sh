@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every benchmark of benchc, one after the other, in one run (see README.md here):
 #
-#   bash benchmarks/run_all.sh            # about 20 minutes on a 2-core machine
+#   bash benchmarks/run_all.sh            # about 8 minutes on a 2-core machine
 #   QUICK=1 bash benchmarks/run_all.sh    # fewer rounds and runs: a check that they work
 #
 # Each script prints its own header (date, CPUs, CPU model, load average) and ratios of two

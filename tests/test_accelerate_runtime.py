@@ -282,3 +282,42 @@ def test_s4_trains_under_accelerates_fsdp_and_deepspeed_plugins(tmp_path, shardi
     assert metrics["runtime_detail"]["mixed_precision"] == "bf16"
     losses = metrics["loss"]["all"]
     assert losses[-1] < losses[0], losses  # it learns
+
+
+def test_a_sweep_over_both_runtimes_is_reported_side_by_side(tmp_path):
+    """`sweep runtime = [torch, accelerate]`: one point per runtime, each with the runtime in its
+    name and values; the report pairs them (metrics as the two programs write them)."""
+    from scripted_points import ok_metrics
+
+    spec = tmp_path / "both.bench"
+    spec.write_text(
+        'experiment both {\n  model mmdit { preset = "sd3-medium" }\n  train { batch = 16 }\n'
+        "  cluster { nodes = 2; devices_per_node = 8 }\n  targets = [h100, gaudi2]\n"
+        "  sweep runtime = [torch, accelerate]\n  on gaudi2 { runtime = accelerate }\n}\n"
+    )  # fmt: skip
+    result = run_cli("compile", str(spec), "-t", "h100", "-o", str(tmp_path / "b"), cwd=REPO)
+    assert result.code == 0, result.err
+    points = sorted(p.parent for p in (tmp_path / "b").rglob("manifest.json"))
+    assert [p.name for p in points] == ["runtime-accelerate", "runtime-torch"]
+    assert (points[0] / "accelerate.yaml").exists() and not (points[1] / "accelerate.yaml").exists()
+    paths = []
+    for point, throughput in zip(points, (110.0, 100.0)):
+        plan = json.loads((point / "manifest.json").read_text())["plan"]
+        m = ok_metrics(throughput, target="h100", point=point.name)
+        m.update(experiment="both", smoke=False, runtime=plan["runtime"], point_values=plan["point_values"])
+        (point / "metrics.json").write_text(json.dumps(m))
+        paths.append(str(point / "metrics.json"))
+    db = tmp_path / "r.db"
+    benchc = [sys.executable, "-m", "benchc"]
+    assert subprocess.run([*benchc, "ingest", *paths, "--db", str(db)], cwd=REPO).returncode == 0
+    proc = subprocess.run([*benchc, "report", "--db", str(db), "-o", str(tmp_path / "rep")], cwd=REPO,
+                          capture_output=True, text=True)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    page = (tmp_path / "rep" / "report.md").read_text()
+    assert "- h100 at the same point: accelerate 1.10x torch (throughput 110 vs 100 images/s" in page, page
+    # without the sweep, `on gaudi2 { runtime = accelerate }` sets it for gaudi2 only
+    spec.write_text(spec.read_text().replace("  sweep runtime = [torch, accelerate]\n", ""))
+    plans = json.loads(run_cli("plan", str(spec), "--json", cwd=REPO).out)["plans"]
+    assert {(p["target"]["name"], p["runtime"], p["point"]) for p in plans} == {
+        ("h100", "torch", "default"), ("gaudi2", "accelerate", "runtime-accelerate"),
+    }  # fmt: skip
