@@ -112,7 +112,9 @@ def test_decode_flops_are_a_closed_form_equal_to_the_sum_over_tokens():
         flops = llama_generate_flops(**shape, input_tokens=input_tokens, output_tokens=output_tokens)
         context = input_tokens**2 + sum(input_tokens + t for t in range(1, output_tokens))
         tokens = input_tokens + output_tokens - 1
-        assert flops == 2.0 * _llama_matmul_weights(**shape) * tokens + 4.0 * 2 * 64 * context
+        head = shape["vocab"] * shape["hidden"]  # the output head: once per generated token
+        layers = 2.0 * (_llama_matmul_weights(**shape) - head) * tokens
+        assert flops == layers + 2.0 * head * output_tokens + 4.0 * 2 * 64 * context
     started = time.monotonic()
     llama_generate_flops(**shape, input_tokens=4_194_304, output_tokens=4_194_304)
     assert time.monotonic() - started < 0.1

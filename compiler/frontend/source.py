@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 from pathlib import Path
 
 from ..diagnostics import Source, Span, error
+from ..files import read_bounded
 
 MAX_SPEC_BYTES = 1024 * 1024  # a spec is a page of settings; 1 MiB is generous
 MAX_NESTING = 64  # brackets and braces; deeper input is refused before parsing
@@ -25,40 +25,12 @@ def display_name(path: Path) -> str:
 
 def read_source(path: Path, name: str | None = None, included_from: Span | None = None) -> Source:
     name = name or display_name(path)
-    where = included_from or None
-    try:
-        info = path.stat()
-        size = info.st_size
-        if stat.S_ISDIR(info.st_mode):
-            raise error(f"'{name}' is a directory, not a .bench file", where)
-        if not stat.S_ISREG(info.st_mode):  # a FIFO or a device could block or never end
-            raise error(
-                f"'{name}' is not a regular file (a FIFO, socket or device)",
-                where,
-                hint="benchc reads a spec from a file on disk; save it to a .bench file first",
-            )
-        if size > MAX_SPEC_BYTES:
-            with path.open("rb") as head:  # show its first line, read nothing more
-                first_line = head.read(512).split(b"\n")[0].decode("utf-8", errors="replace")
-            placeholder = Source(name, first_line)
-            raise error(
-                f"'{name}' is {size / 2**20:.1f} MiB; benchc reads spec files of at most "
-                f"{MAX_SPEC_BYTES // 2**20} MiB",
-                where or Span.start_of(placeholder),
-                hint="a .bench file holds settings, not data; is this the right file?",
-            )
-        with path.open("rb") as stream:  # bounded by what is read, whatever stat said
-            raw = stream.read(MAX_SPEC_BYTES + 1)
-        if len(raw) > MAX_SPEC_BYTES:
-            raise error(f"'{name}' is larger than {MAX_SPEC_BYTES // 2**20} MiB", where)
-    except FileNotFoundError:
-        raise error(f"no such file: '{name}'", where) from None
-    except PermissionError:
-        raise error(f"cannot read '{name}': permission denied", where) from None
-    except IsADirectoryError:
-        raise error(f"'{name}' is a directory, not a .bench file", where) from None
-    except OSError as exc:
-        raise error(f"cannot read '{name}': {exc.strerror or exc}", where) from None
+    raw = read_bounded(
+        path, name, "a .bench file", MAX_SPEC_BYTES, included_from or None,
+        special_hint="benchc reads a spec from a file on disk; save it to a .bench file first",
+        large_hint="a .bench file holds settings, not data; is this the right file?",
+        show_first_line=True,
+    )  # fmt: skip
     return decode_source(raw, name)
 
 

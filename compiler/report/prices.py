@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import math
 import re
-import stat
 import tomllib
 from pathlib import Path
 
 from ..catalog.targets import TARGETS
 from ..diagnostics import BenchError, Diagnostic, Source, Span, choices_hint, error
+from ..files import read_bounded
 from ..records import frozen
 
 MAX_BYTES = 64 * 1024
@@ -46,21 +46,11 @@ def _line_of(source: Source, key: str) -> Span:
 
 def load_prices(path: Path) -> Prices:
     name = str(path)
+    raw = read_bounded(path, name, "a prices file", MAX_BYTES, prefix="--prices: ")
     try:
-        info = path.stat()
-        if not stat.S_ISREG(info.st_mode):
-            raise error(f"--prices: '{name}' is not a regular file", None)
-        if info.st_size > MAX_BYTES:
-            raise error(
-                f"--prices: '{name}' is {info.st_size:,} bytes; a prices file is at most 64 KiB", None
-            )
-        text = path.read_bytes().decode("utf-8")
-    except FileNotFoundError:
-        raise error(f"--prices: no such file: '{name}'", None) from None
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise error(f"--prices: '{name}' is not UTF-8 text", None) from None
-    except OSError as exc:
-        raise error(f"--prices: cannot read '{name}': {exc.strerror or exc}", None) from None
     source = Source(name, text)
     try:
         data = tomllib.loads(text)

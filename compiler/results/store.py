@@ -145,6 +145,12 @@ class RunRecord:
 _JSON_COLUMNS = ("point_values", "metrics", "environment", "plan")
 
 
+def _create_indexes(db: sqlite3.Connection) -> None:
+    """The read indexes (queries.INDEXES), each created if missing."""
+    for statement in INDEXES:
+        db.execute(statement)
+
+
 class Store:
     def __init__(self, path: Path | str | None = None):
         self.path = store_path(path)
@@ -269,8 +275,7 @@ class Store:
                     if statement.strip():
                         db.execute(statement)
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            for statement in INDEXES:
-                db.execute(statement)
+            _create_indexes(db)
 
     def _add_indexes(self) -> None:
         """INDEXES missing from a store made by an earlier benchc; where the store cannot be
@@ -280,8 +285,7 @@ class Store:
             return
         try:
             with self._transaction() as db:
-                for statement in INDEXES:
-                    db.execute(statement)
+                _create_indexes(db)
         except sqlite3.OperationalError as exc:
             if "readonly" not in str(exc):
                 raise

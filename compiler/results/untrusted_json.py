@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
-import stat
 from pathlib import Path
 
 from ..diagnostics import Source, Span, error
+from ..files import read_bounded
 
 MAX_BYTES = 16 * 2**20  # a metrics file of 10,000 steps is about 1 MiB
 MAX_DEPTH = 32  # metrics nest 3 levels; a manifest 6
@@ -48,27 +47,8 @@ def _constant(text: str):
 def read_json_file(path: Path, what: str) -> tuple[object, Source]:
     """The data in `path` and its source text; `what` names the kind of file in messages."""
     name = str(path)
-    try:
-        info = os.stat(path)
-        if stat.S_ISDIR(info.st_mode):
-            raise error(f"'{name}' is a directory, not a {what}", None)
-        if not stat.S_ISREG(info.st_mode):
-            raise error(f"'{name}' is not a regular file (a FIFO, socket or device)", None,
-                        hint=f"a {what} is a file on disk")  # fmt: skip
-        if info.st_size > MAX_BYTES:
-            raise error(
-                f"'{name}' is {info.st_size / 2**20:.1f} MiB; a {what} is at most {MAX_BYTES // 2**20} MiB",
-                None,
-                hint=f"is this the right file? a {what} holds one run's figures",
-            )
-        with open(path, "rb") as stream:
-            raw = stream.read(MAX_BYTES + 1)
-    except FileNotFoundError:
-        raise error(f"no such file: '{name}'", None) from None
-    except OSError as exc:
-        raise error(f"cannot read '{name}': {exc.strerror or exc}", None) from None
-    if len(raw) > MAX_BYTES:  # it grew while we looked
-        raise error(f"'{name}' is larger than {MAX_BYTES // 2**20} MiB", None)
+    raw = read_bounded(Path(path), name, f"a {what}", MAX_BYTES,
+                       large_hint=f"is this the right file? a {what} holds one run's figures")  # fmt: skip
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
