@@ -1,7 +1,5 @@
 """`python -m benchc`: the same as the `benchc` command."""
 
-import sys
+from .cli import entry
 
-from .cli import main
-
-sys.exit(main())
+entry()

@@ -8,6 +8,7 @@ their commands runs; nothing on the check/plan/compile path imports torch.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import os
 import sys
@@ -134,5 +135,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USER
 
 
+def entry() -> None:
+    """The `benchc` command (its console script, and `python -m benchc`): main(), then exit.
+    First every object is frozen out of the garbage collector (gc.freeze): the interpreter's
+    last collection would otherwise walk all that the command made, only for the process to
+    end (about 20 ms of a 180 ms `benchc compile`). By then every file, store and process of
+    the command is closed; nothing waits on a collection."""
+    code = main()
+    gc.freeze()
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()
