@@ -321,3 +321,24 @@ def test_a_sweep_over_both_runtimes_is_reported_side_by_side(tmp_path):
     assert {(p["target"]["name"], p["runtime"], p["point"]) for p in plans} == {
         ("h100", "torch", "default"), ("gaudi2", "accelerate", "runtime-accelerate"),
     }  # fmt: skip
+
+
+def test_the_roofline_counts_accelerates_reduce_scatter_on_every_micro_batch():
+    """Under FSDP2, accelerate's accumulate() cannot skip a reduction (FSDP2 modules have no
+    no_sync): the interconnect bound counts one reduce-scatter per micro batch, not per step."""
+    from benchc.pipeline import plan_spec
+    from benchc.plan.roofline import roofline
+
+    def link(runtime: str):
+        (plan,) = plan_spec(REPO / "specs" / "beluga-train.bench", targets=["h100"],
+                            overrides=[f"runtime={runtime}"]).plans  # fmt: skip
+        assert plan.workload.grad_accum == 2 and plan.parallel.sharding == "fsdp"
+        (step,) = roofline(plan).phases
+        return next(b for b in step.bounds if b.name == "interconnect"), plan
+
+    torch_link, plan = link("torch")
+    accelerate_link, _ = link("accelerate")
+    n, g = plan.cluster.nodes, plan.cluster.devices_per_node
+    one_reduce = 4 * plan.cost.params * ((g - 1) / g + (n - 1) / n / g)  # fp32, per device, both links
+    assert accelerate_link.amount - torch_link.amount == pytest.approx(one_reduce)
+    assert "2 x reduce-scatter of fp32 gradients" in accelerate_link.detail

@@ -188,8 +188,10 @@ def _training(plan: Plan) -> Phase:
     if world > 1 and sharding == "none":
         collectives = [("all-reduce of fp32 gradients", FP32 * p, 2, 1)]
     elif world > 1 and sharding == "fsdp":
+        # the torch runtime reduces once a step; accelerate's FSDP2 on every micro batch
+        reduces = w.grad_accum if plan.runtime == "accelerate" else 1
         collectives = [(f"all-gather of {b}-byte weights", b * p, 1, 2 * w.grad_accum),
-                       ("reduce-scatter of fp32 gradients", FP32 * p, 1, 1)]  # fmt: skip
+                       ("reduce-scatter of fp32 gradients", FP32 * p, 1, reduces)]  # fmt: skip
     elif world > 1:  # DeepSpeed ZeRO: 16-bit gradients and weights
         stage = int(sharding.removeprefix("zero"))
         reduces = w.grad_accum if stage >= 2 else 1
