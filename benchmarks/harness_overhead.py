@@ -225,24 +225,44 @@ def p10(values: list[float]) -> float:
     return statistics.quantiles(values, n=10, method="inclusive")[0]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def paired_arguments(description: str) -> argparse.Namespace:
+    """The options of a benchmark that runs two programs taking turns (this one, runtime_overhead)."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--steps", type=int, default=220)
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--cpu", type=int, default=max(os.sched_getaffinity(0)), help="the CPU both run on")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def setup_line(plan: dict, args: argparse.Namespace) -> str:
+    run = plan["train"]
+    return (f"S1 cpu, 1 process each, {args.threads} thread(s), both on CPU {args.cpu}, taking turns step by "
+            f"step; model d{plan['model']['config']['num_layers']} {plan['params']:,} params, batch "
+            f"{run['micro_batch']}, {run['precision']}, attention {run['attention']}; {run['steps']} steps "
+            f"({run['warmup']} warmup) per run, {args.rounds} rounds")  # fmt: skip
+
+
+def summary(rows: dict[str, list[float]], medians: list[tuple[float, float]], what: str) -> str:
+    """Each row's ratios over rounds (median, IQR, min-max) and the two median step times."""
+    lines = [f"ratios {what} over rounds:"]
+    for label, values in rows.items():
+        median, iqr, low, high = spread(values)
+        lines.append(f"  {label:34} median {median:.4f}, IQR {iqr:.4f}, min-max {low:.4f}-{high:.4f}")
+    a, b = (statistics.median(m[i] for m in medians) * 1e3 for i in (0, 1))
+    lines.append(f"  step times (median over rounds): {a:.2f} ms vs {b:.2f} ms")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    args = paired_arguments(__doc__.split("\n\n")[0])
     print(header("harness overhead"))
     with tempfile.TemporaryDirectory(prefix="benchc-harness-") as name:
         work = Path(name)
         point = build(work, args.steps, args.warmup)
         plan = plan_of(point / "bench.py")
-        run = plan["train"]
-        print(f"S1 cpu, 1 process each, {args.threads} thread(s), both on CPU {args.cpu}, taking turns "
-              f"step by step; model d{plan['model']['config']['num_layers']} {plan['params']:,} params, "
-              f"batch {run['micro_batch']}, {run['precision']}, attention {run['attention']}; "
-              f"{run['steps']} steps ({run['warmup']} warmup) per run, {args.rounds} rounds")  # fmt: skip
+        print(setup_line(plan, args))
         rows = {"median step": [], "step-by-step (median of ratios)": [], "p10 step": []}
         medians = []
         for i in range(args.rounds):
@@ -255,12 +275,7 @@ def main() -> None:
             first = "generated" if i % 2 == 0 else "loop"
             print(f"  round {i + 1} ({first} first): step median generated {ma * 1e3:7.2f} ms, "
                   f"hand-written {mb * 1e3:7.2f} ms, ratio {ma / mb:.4f}", flush=True)  # fmt: skip
-    print("ratios generated / hand-written over rounds:")
-    for label, values in rows.items():
-        median, iqr, low, high = spread(values)
-        print(f"  {label:34} median {median:.4f}, IQR {iqr:.4f}, min-max {low:.4f}-{high:.4f}")
-    print(f"  step times (median over rounds): {statistics.median(a for a, _ in medians) * 1e3:.2f} ms vs "
-          f"{statistics.median(b for _, b in medians) * 1e3:.2f} ms")  # fmt: skip
+    print(summary(rows, medians, "generated / hand-written"))
     print("goal: the median-step ratio <= 1.02 with an IQR over rounds under 0.02")
 
 

@@ -14,27 +14,29 @@ wrapper), not a communication difference. Which program goes first alternates by
 
 from __future__ import annotations
 
-import argparse
 import importlib.metadata
-import os
 import statistics
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import header, spread  # noqa: E402
-from harness_overhead import build, generated_program, p10, plan_of, step_times, take_turns  # noqa: E402
+from common import header  # noqa: E402
+from harness_overhead import (  # noqa: E402
+    build,
+    generated_program,
+    p10,
+    paired_arguments,
+    plan_of,
+    setup_line,
+    step_times,
+    summary,
+    take_turns,
+)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=8)
-    parser.add_argument("--steps", type=int, default=220)
-    parser.add_argument("--warmup", type=int, default=20)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--cpu", type=int, default=max(os.sched_getaffinity(0)), help="the CPU both run on")
-    args = parser.parse_args()
+    args = paired_arguments(__doc__.split("\n\n")[0])
     print(header("runtime overhead"))
     versions = ", ".join(f"{n} {importlib.metadata.version(n)}" for n in ("torch", "accelerate", "diffusers"))
     with tempfile.TemporaryDirectory(prefix="benchc-runtime-") as name:
@@ -43,11 +45,7 @@ def main() -> None:
         accelerate_point = build(work, args.steps, args.warmup, "runtime=accelerate", name="accelerate")
         plan = plan_of(accelerate_point / "bench.py")
         assert plan["runtime"] == "accelerate" and plan_of(torch_point / "bench.py")["runtime"] == "torch"
-        run = plan["train"]
-        print(f"S1 cpu, 1 process each, {args.threads} thread(s), both on CPU {args.cpu}, taking turns step "
-              f"by step; d{plan['model']['config']['num_layers']} {plan['params']:,} params, batch "
-              f"{run['micro_batch']}, {run['precision']}, attention {run['attention']}; {run['steps']} steps "
-              f"({run['warmup']} warmup) per run, {args.rounds} rounds; {versions}")  # fmt: skip
+        print(f"{setup_line(plan, args)}; {versions}")
         rows: dict[str, list[float]] = {"median step": [], "p10 step": []}
         medians = []
         for i in range(args.rounds):
@@ -65,12 +63,7 @@ def main() -> None:
             first = "accelerate" if i % 2 == 0 else "torch"
             print(f"  round {i + 1} ({first} first): step median accelerate {ma * 1e3:7.2f} ms, "
                   f"torch {mt * 1e3:7.2f} ms, ratio {ma / mt:.4f}", flush=True)  # fmt: skip
-    print("ratios accelerate / torch over rounds:")
-    for label, values in rows.items():
-        median, iqr, low, high = spread(values)
-        print(f"  {label:12} median {median:.4f}, IQR {iqr:.4f}, min-max {low:.4f}-{high:.4f}")
-    print(f"  step times (median over rounds): {statistics.median(a for a, _ in medians) * 1e3:.2f} ms vs "
-          f"{statistics.median(t for _, t in medians) * 1e3:.2f} ms")  # fmt: skip
+    print(summary(rows, medians, "accelerate / torch"))
 
 
 if __name__ == "__main__":

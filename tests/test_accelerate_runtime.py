@@ -24,6 +24,7 @@ import pytest
 from codegen_helpers import core_text, spec_files
 from static_checks import _source_signature, check_program
 from system_tools import Unavailable, ensure
+from test_launchers import dry_run
 
 from benchc.results.store import Store
 
@@ -151,17 +152,6 @@ def test_the_wrapped_block_classes_are_the_models_own():
                                              intermediate_size=32, vocab_size=32))  # fmt: skip
     assert {type(b).__name__ for b in mmdit.transformer_blocks} == {BLOCK_CLASSES["mmdit"]}
     assert {type(b).__name__ for b in llama.model.layers} == {BLOCK_CLASSES["llama"]}
-
-
-def dry_run(point: Path, **env: str) -> list[str]:
-    import shlex
-
-    full = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "MASTER_", "MACHINE_"))}
-    full.update(PYTHON="python3", BENCHC_DRY_RUN="1", **env)
-    proc = subprocess.run(["bash", str(point / "launch.sh"), "--metrics", "m.json"], capture_output=True,
-                          text=True, env=full, cwd=point)  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    return shlex.split(proc.stdout)
 
 
 def launch_args(argv: list[str]):

@@ -91,7 +91,9 @@ def slurm_conf(tmp_path_factory) -> Path:
 
 def dry_run(point: Path, **env: str) -> list[str]:
     """The command launch.sh would run, as argv."""
-    full = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "MASTER_", "RDZV_"))}
+    full = {
+        k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "MASTER_", "RDZV_", "MACHINE_"))
+    }
     full.update(PYTHON="python3", BENCHC_DRY_RUN="1", **env)
     proc = subprocess.run(["bash", str(point / "launch.sh"), "--metrics", "m.json"], capture_output=True,
                           text=True, env=full, cwd=point)  # fmt: skip

@@ -53,7 +53,7 @@ class Split:
         return self.hardware * self.utilisation * self.devices * self.work
 
 
-def _number(record: dict | None, key: str) -> float | None:
+def stored_number(record: dict | None, key: str) -> float | None:
     """A positive finite number from a stored roofline record (the store is not trusted)."""
     value = (record or {}).get(key)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
@@ -63,7 +63,7 @@ def _number(record: dict | None, key: str) -> float | None:
 
 def _bandwidth_use(row: Row) -> float | None:
     """The run's job throughput over the throughput its HBM bandwidth alone allows."""
-    bound = _number(row.roofline, "memory_bound_items_per_s")
+    bound = stored_number(row.roofline, "memory_bound_items_per_s")
     return row.throughput.median / bound if bound and row.throughput.median else None
 
 
@@ -91,11 +91,11 @@ def _bandwidth_split(row: Row, base: Row, ratio: float, section: Section) -> Spl
     for r in (row, base):
         if r.roofline is None:
             return f"the run of {r.target} kept no roofline (compiled by an older benchc)"
-        if _number(r.roofline, "hbm_tb_s") is None or _bandwidth_use(r) is None:
+        if stored_number(r.roofline, "hbm_tb_s") is None or _bandwidth_use(r) is None:
             return f"the HBM bandwidth of {r.target} is unknown"
-    bandwidth = _number(row.roofline, "hbm_tb_s") / _number(base.roofline, "hbm_tb_s")
+    bandwidth = stored_number(row.roofline, "hbm_tb_s") / stored_number(base.roofline, "hbm_tb_s")
     key = "memory_bound_items_per_s"
-    bound = _number(row.roofline, key) / _number(base.roofline, key)
+    bound = stored_number(row.roofline, key) / stored_number(base.roofline, key)
     return Split(row, base, ratio, "bandwidth", bandwidth, _bandwidth_use(row) / _bandwidth_use(base), 1.0,
                  bound / bandwidth)  # fmt: skip
 
@@ -199,7 +199,7 @@ def bound_share(row: Row) -> float | None:
     """How close the run came to its roofline: the achieved headline over the best one the
     bound allows (for a lower-is-better metric, the best over the achieved)."""
     line = row.roofline
-    best = _number(line, "best")
+    best = stored_number(line, "best")
     if best is None or not row.headline.median:
         return None
     if line.get("lower_is_better"):

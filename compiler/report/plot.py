@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .collect import Section
+from .explain import stored_number
 from .headline import sig
 from .render import headline_header
 
@@ -72,21 +73,13 @@ def roofline_points(section: Section) -> list[tuple[str, float, float, float, fl
     and an HBM bandwidth, and the run recorded its MFU."""
     found = []
     for row in section.rows:
-        line = row.roofline or {}
-        figures = [
-            line.get("intensity_flops_per_byte"),
-            line.get("peak_flops_per_device"),
-            line.get("hbm_tb_s"),
-        ]
-        if row.mfu is None or row.peak_per_device is None:
-            continue
-        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < float("inf")
-                   for v in figures):  # fmt: skip
+        figures = [stored_number(row.roofline, key)
+                   for key in ("intensity_flops_per_byte", "peak_flops_per_device", "hbm_tb_s")]  # fmt: skip
+        if row.mfu is None or row.peak_per_device is None or None in figures:
             continue
         intensity, peak, hbm = figures
-        found.append(
-            (f"{row.target} {row.point}", intensity, row.mfu * row.peak_per_device, peak, hbm * 1e12)
-        )
+        achieved = row.mfu * row.peak_per_device
+        found.append((f"{row.target} {row.point}", intensity, achieved, peak, hbm * 1e12))
     return found
 
 
