@@ -323,7 +323,7 @@ def test_the_roofline_counts_accelerates_reduce_scatter_on_every_micro_batch():
         (plan,) = plan_spec(REPO / "specs" / "beluga-train.bench", targets=["h100"],
                             overrides=[f"runtime={runtime}"]).plans  # fmt: skip
         assert plan.workload.grad_accum == 2 and plan.parallel.sharding == "fsdp"
-        (step,) = roofline(plan).phases
+        step, _ = roofline(plan).phases
         return next(b for b in step.bounds if b.name == "interconnect"), plan
 
     torch_link, plan = link("torch")

@@ -16,7 +16,7 @@ import pytest
 from benchc.catalog.targets import TARGETS
 from benchc.pipeline import plan_spec
 from benchc.plan.memory import estimate_memory, kv_cache, parameters
-from benchc.plan.roofline import roofline
+from benchc.plan.roofline import optimizer_bytes, roofline
 
 from conftest import GOLDEN, REPO, SPECS, heavy_modules_imported_by, run_cli
 
@@ -225,14 +225,70 @@ def test_training_roofline_arithmetic_by_hand(write):
     matmul = 2 * (4 * 1024**2 + 3 * 1024 * 4096) + 1000 * 1024  # every token's weights
     train = 3 * (2 * matmul * 128 + 2 * 4 * 128**2 * 1024)  # per sequence
     assert train == 26_958_888_960
-    (step,) = roofline(plan).phases
-    bounds = {b.name: b.seconds for b in step.bounds}
+    passes, optimizer = roofline(plan).phases
+    bounds = {b.name: b.seconds for b in passes.bounds}
     assert bounds["compute"] == pytest.approx(train * 32 / 8 / 989e12)  # global batch 32 / 8 devices
-    assert bounds["memory"] == pytest.approx((3 * 2 * params + 28 * params) / 3.35e12)
+    assert bounds["memory"] == pytest.approx(3 * 2 * params / 3.35e12)  # 2 weight reads, 1 gradient write
     assert bounds["interconnect"] == pytest.approx(2 * 7 / 8 * 4 * params / 450e9)  # fp32 all-reduce
-    assert step.binding.name == "interconnect"
+    assert passes.binding.name == "interconnect"
+    assert optimizer.seconds == pytest.approx(28 * params / 3.35e12)  # AdamW, after the backward
     line = roofline(plan)
-    assert line.best == pytest.approx(32 * 128 / bounds["interconnect"])  # tokens/s for the job
+    assert line.best == pytest.approx(32 * 128 / (bounds["interconnect"] + optimizer.seconds))  # tokens/s
+
+
+@pytest.mark.parametrize(
+    "optimizer, per_parameter",
+    [("adamw", 28), ("adam", 28), ("sgd(lr = 0.1, momentum = 0.9)", 20), ("sgd(lr = 0.1)", 12)],
+)
+@pytest.mark.parametrize("sharding, shards", [("none", 1), ("fsdp", 8), ("zero1", 8), ("zero3", 8)])
+def test_the_optimizer_phase_closed_form(write, optimizer, per_parameter, sharding, shards):
+    """The optimizer step, a phase of its own after the backward: torch's fused pass reads the
+    fp32 weight, the fp32 gradient and each fp32 state and writes the weight and the states,
+    4 + 4 + 4s + 4 + 4s = 12 + 8s bytes per parameter (AdamW and Adam s = 2: 28; SGD with
+    momentum s = 1: 20; plain SGD 12), over the P / shards parameters this device updates, at
+    the HBM bandwidth; the step's bound is the forward and backward's plus it."""
+    train = f"train {{ precision = bf16; seq_len = 64; batch = 2; optimizer = {optimizer} }}"
+    spec = _small_spec(write, train)
+    plan = _plan(spec, f"parallel.sharding={sharding}")
+    line = roofline(plan)
+    passes, step = line.phases
+    assert (passes.name, step.name) == ("forward+backward", "optimizer")
+    assert optimizer_bytes({28: 2, 20: 1, 12: 0}[per_parameter]) == per_parameter
+    (memory,) = step.bounds
+    nbytes = per_parameter * plan.cost.params / shards
+    assert memory.name == "memory" and memory.amount == pytest.approx(nbytes)
+    assert step.seconds == memory.seconds == pytest.approx(nbytes / 3.35e12)  # H100: 3.35 TB/s
+    assert f"{per_parameter} B x P" + (" / N" if shards > 1 else "") in memory.detail
+    assert line.seconds == pytest.approx(passes.seconds + step.seconds)
+    assert line.best == pytest.approx(8 * 2 * 64 / line.seconds)  # tokens/s of the job
+    # the optimizer's bytes are no longer in the forward and backward's memory bound
+    fwd_bwd = next(b for b in passes.bounds if b.name == "memory")
+    assert fwd_bwd.amount == pytest.approx(plan.workload.grad_accum * 3 * 2 * plan.cost.params)
+
+
+def test_s1_on_h200_adds_the_optimizer_step_to_the_forward_and_backward():
+    """S1 at batch 16 on 16 H200s (DDP, 2,028,328,000 parameters): the forward and backward are
+    28.1 ms compute-bound (31.6 ms with the overlapping gradient all-reduce), then AdamW moves
+    28 B x P = 56.8 GB at 4.8 TB/s, 11.8 ms: the step takes about 40 ms at best, not 28."""
+    plan = _plan(SPECS / "sd3.bench", "train.batch=16", target="h200")
+    line = roofline(plan)
+    passes, optimizer = line.phases
+    bounds = {b.name: b.seconds for b in passes.bounds}
+    params = plan.cost.params
+    assert params == 2_028_328_000
+    assert bounds["compute"] == pytest.approx(plan.cost.train_flops_per_sample * 256 / 16 / 989e12)
+    assert bounds["compute"] == pytest.approx(28.1e-3, abs=0.05e-3)
+    assert optimizer.seconds == pytest.approx(28 * params / 4.8e12) == pytest.approx(11.83e-3, abs=0.01e-3)
+    assert bounds["compute"] + optimizer.seconds == pytest.approx(39.9e-3, abs=0.1e-3)
+    assert line.seconds == pytest.approx(max(bounds.values()) + optimizer.seconds)  # 31.6 + 11.8 ms
+    assert line.seconds == pytest.approx(43.4e-3, abs=0.1e-3)
+    assert line.best == pytest.approx(256 / line.seconds)  # images/s for the job
+
+
+@pytest.mark.parametrize("spec, phases", [("sd3-infer.bench", ["call"]),
+                                          ("beluga-infer.bench", ["prefill", "decode"])])  # fmt: skip
+def test_inference_has_no_optimizer_phase(spec, phases):
+    assert [p.name for p in roofline(_plan(SPECS / spec, target="h100")).phases] == phases
 
 
 def test_decode_roofline_arithmetic_by_hand(write):
@@ -269,7 +325,8 @@ def test_estimate_sd3_prints_parameters_and_every_target_and_batch():
     assert result.out.count("parameters  2,028,328,000") == 6
     headers = re.findall(r"^sd3_mmdit_train / (\w+) / (\S+)$", result.out, flags=re.M)
     assert headers == [(t, p) for t in ("gaudi2", "h100", "a100") for p in ("batch-16", "batch-32")]
-    for needle in ("per device: fits", "activations", "binds", "at most", "images/s", "MFU"):
+    phases = ("roofline    per step: ", "roofline    forward+backward: ", "roofline    optimizer: ")
+    for needle in ("per device: fits", "activations", "binds", "at most", "images/s", "MFU", *phases):
         assert needle in result.out, needle
 
 

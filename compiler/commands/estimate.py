@@ -1,6 +1,7 @@
 """`benchc estimate`: before any run, per target and sweep point, the parameters, the FLOPs,
 the memory per device against the target's, the roofline bounds and the throughput they
-allow, and what each published reference implies. Never imports torch.
+allow, and what each published reference implies. A training step's roofline shows its total,
+then each phase (forward+backward, the optimizer) with its bounds. Never imports torch.
 """
 
 from __future__ import annotations
@@ -160,9 +161,13 @@ def _text(record: dict, plan) -> str:
         lines.append(f"    {'(build)':<13}{_gb(m['build_bytes']):>10}  before the parts above: the whole "
                      f"model built in fp32 (4 B x P) before it is sharded, split or cast{peak}")  # fmt: skip
     r = record["roofline"]
+    training = plan.workload.kind == "train"  # a step: forward+backward, then the optimizer, in turn
+    if training:
+        parts = " + ".join(f"{phase['name']} {_seconds(phase['seconds'])}" for phase in r["phases"])
+        lines.append(f"  roofline    per step: {_seconds(r['seconds'])} = {parts}, one after the other")
     for phase in r["phases"]:
         lines.append(
-            f"  roofline    per {phase['name']}: {_seconds(phase['seconds'])}"
+            f"  roofline    {'' if training else 'per '}{phase['name']}: {_seconds(phase['seconds'])}"
             + (f", {phase['binding']}-bound" if phase["binding"] else ", no bound: figures unknown")
         )
         for bound in phase["bounds"]:

@@ -8,6 +8,12 @@ binds, what that allows in the spec's metric, and what a published reference imp
 it. A bound from a figure the target table does not know is None, never guessed. Each bound
 leaves work out (it is a floor, not a prediction): docs/estimate.md lists what and why.
 
+A training step is two phases in turn: the forward and backward passes (their collectives
+overlap them at best), then the optimizer step, which needs every gradient and so cannot
+overlap them: one pass over the parameters this device updates (P, or P/N sharded) reading the
+fp32 weight, the gradient and each fp32 state tensor and writing the weight and the states,
+bound by HBM bandwidth (its elementwise FLOPs are not counted).
+
 Collectives: a group of n nodes x g devices per node runs the bandwidth-optimal
 hierarchical algorithm; per device, an all-reduce (k = 2) or an all-gather/reduce-scatter
 (k = 1) of S bytes moves k (g - 1)/g S over scale-up and k (n - 1)/n S/g over scale-out.
@@ -37,7 +43,7 @@ class Bound:
 
 @frozen
 class Phase:
-    name: str  # step | call | prefill | decode
+    name: str  # forward+backward | optimizer (training), call (SD3), prefill | decode
     bounds: tuple[Bound, ...]
 
     @property
@@ -169,21 +175,18 @@ def _interconnect(plan: Plan, collectives: list[tuple[str, float, int, float]]) 
     return Bound("interconnect", max(times), f"{what}: " + ", ".join(parts) + " per device", up + out)
 
 
-def _training(plan: Plan) -> Phase:
+def _passes(plan: Plan) -> Phase:
     w, p = plan.workload, plan.cost.params
-    b, n, world = BYTES[w.precision], plan.parallel.data, plan.cluster.world_size
+    b, world = BYTES[w.precision], plan.cluster.world_size
     checkpointing = plan.parallel.activation_checkpointing
     flops = plan.cost.train_flops_per_sample * w.global_batch / world * (RECOMPUTE if checkpointing else 1)
     what = f"global batch {w.global_batch} / {world} devices" + (", x 4/3 recompute" if checkpointing else "")
     bounds = [_compute(plan, flops, what)]
     sharding = effective_sharding(plan)
     passes = 3 if checkpointing else 2
-    states = optimizer_states(plan)
-    local = p / n if sharding != "none" else p
-    traffic = w.grad_accum * (passes + 1) * b * p + local * (12 + 8 * states)
-    shard = " / N" if local < p else ""
+    traffic = w.grad_accum * (passes + 1) * b * p
     what = f"{w.grad_accum} x ({passes} weight reads + 1 gradient write) x {b} B x P"
-    bounds.append(_memory(plan, traffic, f"{what}, + optimizer {12 + 8 * states} B x P{shard}"))
+    bounds.append(_memory(plan, traffic, what))
     collectives = []
     if world > 1 and sharding == "none":
         collectives = [("all-reduce of fp32 gradients", FP32 * p, 2, 1)]
@@ -201,7 +204,36 @@ def _training(plan: Plan) -> Phase:
         else:
             collectives.append((f"all-gather of updated {b}-byte weights", b * p, 1, 1))
     link = _interconnect(plan, collectives)
-    return Phase("step", tuple(bounds + ([link] if link else [])))
+    return Phase("forward+backward", tuple(bounds + ([link] if link else [])))
+
+
+def optimizer_bytes(states: int, grad: int = FP32) -> int:
+    """HBM bytes one optimizer step moves per parameter, as torch's fused kernels run it: read
+    the fp32 weight, the gradient and each fp32 state tensor, write the weight and the states.
+    AdamW and Adam: two states (exp_avg, exp_avg_sq), 4 + 4 + 8 read + 4 + 8 written = 28; SGD
+    with momentum one (the buffer), 20; plain SGD 12."""
+    return FP32 + grad + FP32 * states + FP32 + FP32 * states
+
+
+def _optimizer(plan: Plan) -> Phase:
+    """The optimizer step after the backward: this device's parameters (P, or P/N where the
+    states are sharded) through one fused pass over HBM. The gradient it reads is fp32 in
+    every generated program: DDP's of fp32 weights, FSDP2's reduce-scatter in fp32, DeepSpeed's
+    fp32 partition."""
+    p, n = plan.cost.params, plan.parallel.data
+    sharded = effective_sharding(plan) != "none"
+    states, name = optimizer_states(plan), plan.workload.optimizer.name
+    per = optimizer_bytes(states)
+    held = "its momentum buffer" if name == "sgd" else f"{states} moments"
+    reads, writes = ((f"weight, gradient and {held}", f"weight and {held}") if states
+                     else ("weight and gradient", "weight"))  # fmt: skip
+    what = f"{name}: reads the fp32 {reads}, writes the {writes}: {per} B x P" + (" / N" if sharded else "")
+    return Phase("optimizer", (_memory(plan, per * (p / n if sharded else p), what),))
+
+
+def _training(plan: Plan) -> tuple[Phase, Phase]:
+    """Forward and backward, then the optimizer step: in turn, so their times add up."""
+    return _passes(plan), _optimizer(plan)
 
 
 def _generation(plan: Plan) -> tuple[Phase, ...]:
@@ -259,7 +291,7 @@ def roofline(plan: Plan) -> Roofline:
     w, metric, world = plan.workload, plan.measure.metric, plan.cluster.world_size
     lower = HEADLINES[metric].lower_is_better
     if not isinstance(w, InferWorkload):
-        phases = (_training(plan),)
+        phases = _training(plan)
         tokens = w.seq_len if isinstance(plan.model, LlamaModel) else 1
         items, per = w.global_batch * tokens, plan.cost.train_flops_per_sample / tokens
         label = "token" if tokens > 1 else "image"
@@ -274,9 +306,13 @@ def roofline(plan: Plan) -> Roofline:
     best = None
     if all(s is not None for s in seconds) and sum(seconds) > 0:
         total = sum(seconds)
-        best = {"s_per_image": total / max(items, 1), "ttft_s": seconds[0],
-                "tpot_s": seconds[-1] / max(w.output_tokens - 1, 1) if len(phases) > 1 else None,
-                }.get(metric, items / total)  # fmt: skip
+        best = items / total
+        if metric == "s_per_image":
+            best = total / max(items, 1)
+        elif metric == "ttft_s":
+            best = seconds[0]
+        elif metric == "tpot_s":  # generation: the decode phase over its steps
+            best = seconds[-1] / max(w.output_tokens - 1, 1) if len(phases) > 1 else None
     peak = plan.target.peak_flops(w.precision)
     return Roofline(
         phases, metric, UNITS[metric], lower, best, world, per, label, items, peak, plan.target.hbm_tb_s
