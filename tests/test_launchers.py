@@ -3,7 +3,8 @@
 Every launch.sh and job.sbatch of every reference spec and target parses (`bash -n`) and is
 shellcheck clean. Each launcher's command (printed by its own BENCHC_DRY_RUN mode) is parsed
 by the real torchrun and DeepSpeed argument parsers. The Slurm directives say what the plan
-needs. And the multi-node branch runs for real: two launchers on loopback as two nodes.
+needs. The multi-node branch runs for real: two launchers on loopback as two nodes. And a
+stop signal to launch.sh ends the command's whole process group.
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -301,3 +304,68 @@ def test_no_launcher_demands_a_node_rank(builds):
     for path in shell_files(builds):
         text = path.read_text()
         assert "$NODE_RANK" not in text and "${NODE_RANK" not in text, path
+
+
+# A program that starts a worker in its group which ignores SIGTERM (as a compile worker that
+# does not hear it): only the end of the whole group ends it. `stubborn` ignores SIGTERM too.
+GROUP_PROGRAM = """
+import os, signal, subprocess, sys, time
+if sys.argv[1] == "exit":
+    sys.exit(3)
+code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(flush=True); time.sleep(99)"
+worker = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+worker.stdout.readline()
+if sys.argv[1] == "stubborn":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+print("ready", os.getpgrp(), flush=True)
+try:
+    time.sleep(600)
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+def session_members(sid: int) -> list[int]:
+    """Live (not zombie) processes of session `sid`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z" and int(fields[4]) == sid:
+                found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.parametrize("mode, sig, code", [
+    ("exit", None, 3),  # the command's status, whatever it is
+    ("plain", signal.SIGTERM, 143),
+    ("plain", signal.SIGINT, 130),  # the program hears Ctrl-C (KeyboardInterrupt), not ignored
+    ("plain", signal.SIGHUP, 143),  # a closed terminal: passed on as SIGTERM
+    ("stubborn", signal.SIGTERM, 137),  # killed after the grace (2 s here)
+])  # fmt: skip
+def test_a_stop_signal_to_the_launcher_ends_the_commands_whole_group(builds, tmp_path, mode, sig, code):
+    text = (builds / "sd3_large_infer/cpu/default/launch.sh").read_text()  # one device: bench.py alone
+    assert "STOP_GRACE_S=30\n" in text
+    (tmp_path / "launch.sh").write_text(text.replace("STOP_GRACE_S=30\n", "STOP_GRACE_S=2\n"))
+    (tmp_path / "bench.py").write_text(GROUP_PROGRAM)
+    launcher = subprocess.Popen(["bash", str(tmp_path / "launch.sh"), mode], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                                env={**os.environ, "PYTHON": sys.executable})  # fmt: skip
+    try:
+        if sig is not None:
+            ready = launcher.stdout.readline().split()
+            assert ready[0] == "ready" and int(ready[1]) != launcher.pid, ready  # a group of its own
+            launcher.send_signal(sig)
+        sent = time.monotonic()
+        assert launcher.wait(timeout=30) == code, launcher.stdout.read()
+        took = time.monotonic() - sent
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+    assert took < (6 if mode == "stubborn" else 3), took
+    if mode == "stubborn":
+        assert took >= 2, took
+    assert not session_members(launcher.pid)  # the program, its worker: nothing left

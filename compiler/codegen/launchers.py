@@ -11,6 +11,10 @@ Which launcher a point gets follows each ecosystem's own convention:
 - gaudi, several nodes: DeepSpeed's launcher with a hostfile, started on the first node only
   (optimum-habana's multi-node runs go through DeepSpeed's launcher).
 
+launch.sh runs the command in a process group of its own and waits for it: a stop signal to
+launch.sh reaches the whole group (torch.compile's compile workers too), and what is left of
+it is killed STOP_GRACE_S seconds later, or as soon as the command has ended.
+
 Every value a shell file prints from a plan is a number, a name the validator restricted to
 a safe alphabet, or a word quoted by the `sh` filter (shlex.quote).
 """
@@ -32,6 +36,10 @@ ACCELERATE_CONFIG = "accelerate.yaml"
 # the repeated block of each model: what accelerate's FSDP plugin wraps (transformer_blocks)
 BLOCK_CLASSES = {"mmdit": "JointTransformerBlock", "llama": "LlamaDecoderLayer"}
 JOB_MARGIN_MIN = 10  # a derived job time limit: every trial's timeout plus this
+# launch.sh: seconds from the first stop signal until what is left of the command's process
+# group is killed; above the program's own watchdog (20 s after SIGTERM, bench.py's
+# STOP_GRACE_S), so a program that stops by itself is never cut short
+STOP_GRACE_S = 30
 _SAFE = re.compile(r"[^A-Za-z0-9_.+-]")
 
 
@@ -127,6 +135,7 @@ def render_launcher(plan: Plan, env: jinja2.Environment | None = None) -> str:
         "usage": usage(plan),
         "rdzv_id": default_job_name(plan),
         "hpu_lazy_mode": _hpu_lazy_mode(plan),
+        "stop_grace_s": STOP_GRACE_S,
     }
     return (env or environment()).get_template("launch.sh.j2").render(context)
 

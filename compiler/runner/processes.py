@@ -1,7 +1,12 @@
-"""Every process a run starts, found and ended as one: its launchers' process groups and any
+"""Every process a run starts, found and ended as one: its launchers' process groups, any
 process that carries the run's marker in its environment (torchrun starts each rank in a
 session of its own, and a rank whose launcher died is re-parented to PID 1; the environment
-they inherit still names the run). Linux /proc; TERM (or INT) first, KILL after a grace."""
+they inherit still names the run), and the process group of each of those (launch.sh runs
+the program in a group of its own; a compile worker or compiler in it is reached even where
+it was started with an environment of its own). Linux /proc; TERM (or INT) first, KILL after
+a grace. The launchers and programs act on the first signal themselves: launch.sh passes it
+to the program's group, and the program records the run's ending at once (a second signal
+changes nothing there)."""
 
 from __future__ import annotations
 
@@ -41,47 +46,59 @@ def marked(value: str) -> list[int]:
     return found
 
 
-def _group_members(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
-
-
-def _signal(processes: list[subprocess.Popen], value: str, sig: int) -> None:
-    for process in processes:
-        try:
-            os.killpg(process.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-    for pid in marked(value):
-        try:
-            os.kill(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
-def anything_left(processes: list[subprocess.Popen], value: str) -> bool:
-    for process in processes:
-        process.poll()  # reap the launcher itself if it ended
-    return bool(marked(value)) or any(
-        process.returncode is None or (_group_members(process.pid) and _alive_in_group(process.pid))
-        for process in processes
-    )
-
-
-def _alive_in_group(pgid: int) -> bool:
-    """A group member that is not a zombie waiting for PID 1."""
+def _live_groups() -> set[int]:
+    """The process groups with a member that is not a zombie waiting for PID 1."""
+    found = set()
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 fields = entry.joinpath("stat").read_text().rsplit(")", 1)[1].split()
             except (OSError, IndexError):
                 continue
-            if len(fields) > 2 and int(fields[2]) == pgid and fields[0] != "Z":
-                return True
-    return False
+            if len(fields) > 2 and fields[0] != "Z":
+                found.add(int(fields[2]))
+    return found
+
+
+def _group_of(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except (ProcessLookupError, PermissionError):
+        return None
+
+
+def _signal(groups: set[int], pids: list[int], sig: int) -> None:
+    own = os.getpgrp()
+    for pgid in groups:
+        if pgid > 1 and pgid != own:
+            try:
+                os.killpg(pgid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _run_groups(processes: list[subprocess.Popen], pids: list[int]) -> set[int]:
+    """The launchers' groups (each launcher leads its own) and the marked processes' groups."""
+    own = os.getpgrp()
+    groups = {process.pid for process in processes}
+    groups.update(g for g in map(_group_of, pids) if g is not None and g > 1 and g != own)
+    return groups
+
+
+def anything_left(processes: list[subprocess.Popen], value: str, groups: set[int] | None = None) -> bool:
+    """A launcher not yet ended, a marked process, or a live member of one of `groups` (the
+    launchers' groups where none are given)."""
+    for process in processes:
+        process.poll()  # reap the launcher itself if it ended
+    if any(process.returncode is None for process in processes) or marked(value):
+        return True
+    watched = groups if groups is not None else {process.pid for process in processes}
+    return bool(watched & _live_groups())
 
 
 @contextmanager
@@ -98,14 +115,19 @@ def signals_held():
 
 def stop(processes: list[subprocess.Popen], value: str, first: int = signal.SIGTERM,
          grace_s: float = STOP_GRACE_S) -> None:  # fmt: skip
-    """End every process of the run: `first`, then SIGKILL after `grace_s`, until none is left."""
+    """End every process of the run: `first`, then SIGKILL after `grace_s`, until none is left.
+    Each round reaches the launchers' groups, every marked process and the groups of all
+    the marked processes seen so far (a group outlives its leader)."""
+    groups: set[int] = set()
     with signals_held():
         for sig, grace in ((first, grace_s), (signal.SIGKILL, 5.0)):
-            if not anything_left(processes, value):
+            pids = marked(value)
+            groups |= _run_groups(processes, pids)
+            if not anything_left(processes, value, groups):
                 break
-            _signal(processes, value, sig)
+            _signal(groups, pids, sig)
             deadline = time.monotonic() + grace
-            while time.monotonic() < deadline and anything_left(processes, value):
+            while time.monotonic() < deadline and anything_left(processes, value, groups):
                 time.sleep(0.05)
         for process in processes:
             try:
