@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import os
 from pathlib import Path
@@ -50,3 +51,11 @@ def write_program(folder: Path, name: str, text: str) -> Path:
     path = folder / name
     path.write_text(text)
     return path
+
+
+def plan_literal(program: str) -> dict:
+    """The PLAN literal of a generated program, as a dict."""
+    for node in ast.parse(program).body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "PLAN":
+            return ast.literal_eval(node.value)
+    raise AssertionError("no PLAN")

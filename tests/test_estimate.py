@@ -381,20 +381,24 @@ def test_check_warns_of_a_point_that_cannot_fit_and_strict_refuses_it():
     strict = run_cli("check", "--strict", "specs/beluga-train.bench", "-t", "h100", *TOO_BIG, cwd=REPO)
     assert strict.code == 2 and strict.out == ""
     assert re.match(r"^--set\[1\]:1:13: error: h100 / default will not fit in memory", strict.err)
-    # the model overflows (here already while the pipeline is built in fp32): at the model
+    # the model overflows: at the model (inference builds in its precision, so no build peak)
     states = run_cli("check", "specs/sd3-infer.bench", "-t", "h100", "--set", "model.sd3.depth=120", cwd=REPO)
     assert states.code == 0
     assert states.err.startswith("--set[1]:1:17: warning: ")
     assert "warning: h100 / default will not fit" in states.err
-    assert "the peak is the build: the whole model in fp32" in states.err
-    # a Llama too large to build whole: tensor parallelism builds it on the meta device
+    assert "the peak is the build" not in states.err
+    # an MMDiT built whole in fp32 before FSDP2 shards it: the build is the peak, at the model
+    sets = ["--set", "model.mmdit.depth=96", "--set", "parallel.sharding=fsdp", "--set", "train.batch=16"]
+    built = run_cli("check", "specs/sd3.bench", "-t", "h100", *sets, cwd=REPO)
+    assert built.code == 0 and built.err.startswith("--set[1]:1:19: warning: ")
+    assert "the peak is the build: the whole model (520.7 GB) before it is sharded or split" in built.err
+    # a Llama too large for one device: tensor parallelism (built on the meta device) fits
     shape = ["model.llama.hidden=8192", "model.llama.layers=48", "model.llama.heads=64",
              "model.llama.kv_heads=8", "model.llama.intermediate=28672", "parallel.tensor=1",
              "cluster.devices_per_node=1", "cluster.nodes=1"]  # fmt: skip
     sets = [a for s in shape for a in ("--set", s)]
-    built = run_cli("check", "specs/beluga-infer.bench", "-t", "h100", *sets, cwd=REPO)
-    assert built.code == 0 and "the peak is the build" in built.err, built.err
-    assert "parallel.tensor = 2 on as many devices" in built.err and "fits)" in built.err, built.err
+    split = run_cli("check", "specs/beluga-infer.bench", "-t", "h100", *sets, cwd=REPO)
+    assert "parallel.tensor = 2 on as many devices" in split.err and "fits)" in split.err, split.err
     # where weights, not the build, overflow, the warning says so
     weights = run_cli("check", "specs/beluga-infer.bench", "-t", "a100", "--set", "model.llama.layers=400",
                       cwd=REPO)  # fmt: skip

@@ -99,7 +99,7 @@ def _infer_settings(plan: Plan) -> dict:
             "batch": work.batch,
             "steps": work.steps,
             "warmup": work.warmup,
-            "compile": work.compile,
+            "compile": plan.tuning.compile != "off",
             "graphs": work.graphs,
             "seed": work.seed,
             "input_tokens": work.input_tokens,
@@ -138,6 +138,9 @@ def _common_settings(plan: Plan, model_settings: dict, items_per_sample: int) ->
             "activation_checkpointing": plan.parallel.activation_checkpointing,
         },
         "runtime": plan.runtime,
+        # the optimisation tier and every knob it turned on (plan/tuning.py); the program
+        # acts on the knobs and records them in its metrics
+        "optimize": {"tier": plan.tuning.tier, "knobs": plan.tuning.knobs()},
         "params": plan.cost.params if plan.cost else None,
         "peak_flops_per_device": plan.target.peak_flops(plan.workload.precision),
     }
@@ -156,7 +159,6 @@ def _train_settings(plan: Plan) -> dict:
             "steps": work.steps,
             "warmup": work.warmup,
             "grad_clip": work.grad_clip,
-            "compile": work.compile,
             "seed": work.seed,
             "latent_size": work.latent_size,
             "seq_len": work.seq_len,
@@ -269,15 +271,14 @@ def import_lines(
 
 
 def _hpu_mode(plan: Plan) -> dict:
-    compiled = plan.workload.compile
-    return {
-        "hpu_lazy_mode": "0" if compiled else "1",
-        "hpu_mode_comment": (
-            "Eager mode with torch.compile(backend='hpu_backend') (the spec sets compile)."
-            if compiled
-            else "Lazy mode: ops are queued and run as one graph at each htcore.mark_step()."
-        ),
-    }
+    lazy = plan.tuning.hpu_mode == "lazy"
+    if lazy:
+        comment = "Lazy mode: ops are queued and run as one graph at each htcore.mark_step()."
+    elif plan.tuning.compile != "off":
+        comment = "Eager mode with torch.compile(backend='hpu_backend') (the spec sets compile)."
+    else:
+        comment = "Eager mode: the framework as shipped (optimize = plain)."
+    return {"hpu_lazy_mode": "1" if lazy else "0", "hpu_mode_comment": comment}
 
 
 def render_program(plan: Plan, env: jinja2.Environment | None = None) -> str:

@@ -157,9 +157,11 @@ def _text(record: dict, plan) -> str:
             extra = f" ({'without' if other else 'with'} checkpointing: {_gb(value)})"
         lines.append(f"    {part['name']:<13}{_gb(part['bytes']):>10}  {part['formula']}{extra}")
     if m["build_bytes"]:
+        training_plan = plan.workload.kind == "train"
         peak = "  <- the peak" if m["build_bytes"] > m["steady_bytes"] else ""
         lines.append(f"    {'(build)':<13}{_gb(m['build_bytes']):>10}  before the parts above: the whole "
-                     f"model built in fp32 (4 B x P) before it is sharded, split or cast{peak}")  # fmt: skip
+                     f"model built ({'fp32, 4' if training_plan else 'b'} B x P) before it is sharded or "
+                     f"split{peak}")  # fmt: skip
     r = record["roofline"]
     training = plan.workload.kind == "train"  # a step: forward+backward, then the optimizer, in turn
     if training:

@@ -17,6 +17,8 @@ from ..catalog.targets import Target
 from ..diagnostics import BenchError, Diagnostic, choices_hint
 from ..frontend.document import Document
 from .flops import ModelCost, llama_cost, llama_generate_flops, llama_params, mmdit_cost
+from .tuning import DEFAULT_TIER
+from .tuning import derive as derive_tuning
 from .types import (
     Cluster,
     InferWorkload,
@@ -59,7 +61,7 @@ DEFAULTS = {
         "seq_len": None,
         "objective": None,  # rectified_flow for mmdit, causal_lm for llama
         "grad_clip": None,
-        "compile": False,
+        "compile": None,  # None: the optimisation tier decides (plan/tuning.py)
         "seed": 0,
     },
     "infer": {
@@ -68,7 +70,7 @@ DEFAULTS = {
         "batch": 1,
         "steps": 5,
         "warmup": 2,
-        "compile": False,
+        "compile": None,  # None: the optimisation tier decides (plan/tuning.py)
         "graphs": False,
         "seed": 0,
         "resolution": None,
@@ -300,7 +302,7 @@ def build(resolved: Resolved, variant: Variant, target: Target, smoke: bool,
             optimizer=Optimizer(w["optimizer"]["fn"], args),
             steps=int(w["steps"]), warmup=int(w["warmup"]), objective=w["objective"],
             grad_clip=None if w["grad_clip"] is None else float(w["grad_clip"]),
-            compile=bool(w["compile"]), seed=int(w["seed"]), **image,
+            compile=_bool_or_none(w["compile"]), seed=int(w["seed"]), **image,
             seq_len=None if w["seq_len"] is None else int(w["seq_len"]),
         )  # fmt: skip
     else:
@@ -308,7 +310,7 @@ def build(resolved: Resolved, variant: Variant, target: Target, smoke: bool,
         guidance = None if w["guidance"] is None else float(w["guidance"])
         workload = InferWorkload(
             precision=w["precision"], attention=w["attention"], batch=int(w["batch"]),
-            steps=int(w["steps"]), warmup=int(w["warmup"]), compile=bool(w["compile"]),
+            steps=int(w["steps"]), warmup=int(w["warmup"]), compile=_bool_or_none(w["compile"]),
             graphs=bool(w["graphs"]), seed=int(w["seed"]), **image,
             denoising_steps=_int_or_none(w["denoising_steps"]), guidance=guidance,
             classifier_free_guidance=None if guidance is None else guidance > 1.0,
@@ -323,6 +325,7 @@ def build(resolved: Resolved, variant: Variant, target: Target, smoke: bool,
         exclusive=bool(r.slurm["exclusive"]), job_name=r.slurm["job_name"], log=r.slurm["log"],
     )  # fmt: skip
     document = r.settings.document
+    runtime = str(r.settings.get(("runtime",), "torch"))
     return Plan(
         experiment=document.experiment,
         description=r.settings.get(("description",)),
@@ -347,7 +350,18 @@ def build(resolved: Resolved, variant: Variant, target: Target, smoke: bool,
         overrides=overrides,
         cost=_cost(model, workload),
         prices=_prices(r.settings.get(("prices",))),
-        runtime=str(r.settings.get(("runtime",), "torch")),
+        runtime=runtime,
+        tuning=derive_tuning(
+            str(r.settings.get(("optimize",), DEFAULT_TIER)),
+            target.family,
+            transformer.qk_norm == "none" if isinstance(transformer, MMDiTModel) else None,
+            r.workload_kind == "train",
+            workload.attention,
+            workload.compile,
+            runtime,
+            parallel.sharding,
+            workload.precision,
+        ),
     )
 
 
@@ -384,6 +398,10 @@ def _cost(model, workload) -> ModelCost | None:
             model.text_tokens,
         )  # fmt: skip
     return None
+
+
+def _bool_or_none(value) -> bool | None:
+    return None if value is None else bool(value)
 
 
 def _int_or_none(value) -> int | None:

@@ -23,7 +23,7 @@ recomputed at a time.
 inference: weights in b (tensor parallel splits each layer's projections, embeddings and head
 replicated); the static KV cache 2 x layers x batch x kv_heads/t x head_dim x (in + out) x b;
 a working set for the largest transient tensors.
-build: where the program builds the whole model in fp32 before sharding, splitting or casting
+build: where the program builds the whole model (training: fp32) before sharding or splitting
 it (not on the meta device, not under ZeRO-3), 4P on every device; the peak is the larger of
 that and the steady parts above.
 """
@@ -56,7 +56,7 @@ class Memory:
     capacity: float | None  # bytes of the target's memory; None: unknown
     activations_off: float | None = None  # training: activations without checkpointing
     activations_on: float | None = None  # ... and with it
-    build: float = 0.0  # the model built whole in fp32 before it is sharded, split or cast
+    build: float = 0.0  # the model built whole before it is sharded or split
 
     @property
     def steady(self) -> float:
@@ -183,13 +183,15 @@ def meta_init(model, work) -> bool:
 
 
 def whole_build(plan: Plan) -> float:
-    """Bytes each device holds when the program builds the whole model in torch's default
-    fp32 before sharding, splitting or casting it (0 where it builds on the meta device or
-    DeepSpeed's ZeRO-3 partitions each parameter as it is created)."""
+    """Bytes each device holds when the program builds the whole model before sharding or
+    splitting it: training in fp32 (the master weights), inference in its precision (built
+    on the device in it, never cast after); 0 where it builds on the meta device or
+    DeepSpeed's ZeRO-3 partitions each parameter as it is created."""
     w, p = plan.workload, plan.parallel
     if isinstance(w, InferWorkload):
-        on_meta = p.tensor > 1 and meta_init(plan.model, w)
-        return 0.0 if on_meta else FP32 * sum(parameters(plan).values())
+        # unsplit, the model built is the weights themselves: nothing before the steady state
+        whole = p.tensor > 1 and not meta_init(plan.model, w)
+        return BYTES[w.precision] * sum(parameters(plan).values()) if whole else 0.0
     if p.sharding == "zero3" and plan.cluster.world_size > 1:
         return 0.0
     if p.sharding == "fsdp" and plan.cluster.world_size > 1:

@@ -83,6 +83,8 @@ def summarize(plan: Plan) -> str:
     ]
     if plan.cost is not None:
         lines.insert(5, f"  cost      {_cost_line(plan)}")
+    if plan.tuning is not None:
+        lines.insert(-1, f"  optimize  {plan.tuning.describe()}")
     if plan.runtime != "torch":
         lines.insert(-1, f"  runtime   {plan.runtime} (the training step driven by its Accelerator)")
     for ref in plan.references:

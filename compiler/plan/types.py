@@ -9,6 +9,7 @@ from __future__ import annotations
 from ..catalog.targets import Target
 from ..records import as_dict, frozen
 from .flops import ModelCost
+from .tuning import Tuning
 
 PLAN_SCHEMA_VERSION = 1
 
@@ -81,7 +82,7 @@ class TrainWorkload:
     warmup: int  # steps run before timing starts
     objective: str  # rectified_flow | causal_lm
     grad_clip: float | None
-    compile: bool
+    compile: bool | None  # the spec's train.compile; None: not written, the tier decides
     seed: int
     resolution: int | None  # image models: pixels per side
     latent_size: int | None  # resolution / 8 (VAE downsampling)
@@ -101,7 +102,7 @@ class InferWorkload:
     batch: int
     steps: int  # timed iterations plus warmup
     warmup: int
-    compile: bool
+    compile: bool | None  # the spec's infer.compile; None: not written, the tier decides
     graphs: bool  # HPU graphs on Gaudi, CUDA graphs on CUDA
     seed: int
     resolution: int | None
@@ -204,6 +205,7 @@ class Plan:
     cost: ModelCost | None  # parameters and model FLOPs per sample (None: not modelled yet)
     prices: PriceList | None = None  # the spec's prices block (None: none)
     runtime: str = "torch"  # what drives training: torch itself, or accelerate's Accelerator
+    tuning: Tuning | None = None  # the optimisation tier and the knobs it turned on (tuning.py)
     schema_version: int = PLAN_SCHEMA_VERSION
 
     def to_dict(self) -> dict:

@@ -187,20 +187,27 @@ def expand(
                 settings.set(override.path, override.value, key_span=override.key_span)
                 record_origins(settings.overlay, override.path, override.node, override.key_span)
             values = tuple((".".join(axis.path), axis.values[index]) for axis, index in zip(axes, choice))
-            point, values = _with_runtime(name, values, settings)
+            point, values = _with_named_settings(name, values, settings)
             variants.append(Variant(target, point, values, settings))
     return variants
 
 
-def _with_runtime(name: str, values: tuple, settings: Settings) -> tuple[str, tuple]:
-    """A point under runtime = accelerate set otherwise than by a sweep (the spec, `on`,
-    --set) carries the runtime in its name and values: a report sets it beside the same point
-    under torch, and their builds and results never take each other's place."""
-    runtime = settings.get(("runtime",), "torch")
-    if runtime == "torch" or any(key == "runtime" for key, _ in values):
-        return name, values
-    suffix = f"runtime-{runtime}"
-    return (suffix if name == "default" else f"{name}_{suffix}"), values + (("runtime", runtime),)
+# Settings that change how a point runs, not what it computes: a value other than the
+# default, set otherwise than by a sweep (the spec, `on`, --set), is carried in the point's
+# name and values, so a report sets it beside the same point under the default and their
+# builds and results never take each other's place.
+NAMED_SETTINGS = (("runtime", "torch"), ("optimize", "tuned"))
+
+
+def _with_named_settings(name: str, values: tuple, settings: Settings) -> tuple[str, tuple]:
+    for key, default in NAMED_SETTINGS:
+        value = settings.get((key,), default)
+        if value == default or any(k == key for k, _ in values):
+            continue
+        suffix = f"{key}-{value}"
+        name = suffix if name == "default" else f"{name}_{suffix}"
+        values = values + ((key, value),)
+    return name, values
 
 
 def _point_name(axes, choice) -> str:

@@ -13,7 +13,7 @@ from ..plan.types import InferWorkload, LlamaModel, Plan, SD3Pipeline
 
 
 def check_capabilities(plan: Plan, r: Resolved) -> list[Diagnostic]:
-    found = list(_not_generated(plan, r)) + list(_accelerate(plan, r))
+    found = list(_not_generated(plan, r)) + list(_accelerate(plan, r)) + list(_compile_warmup(plan, r))
     if not isinstance(plan.workload, InferWorkload):
         return found + list(_gaudi_fsdp(plan, r))
     return [*found, *_graphs(plan, r), *_generation(plan, r), *_pipeline(plan, r)]
@@ -91,6 +91,21 @@ def _accelerate(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:
             hint="write `on cpu { train.precision = bf16 }`, or runtime = torch (autocast and a "
             "gradient scaler in fp16)",
         )
+
+
+def _compile_warmup(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:
+    """The first step of a compiled training program compiles: it must not be measured."""
+    w = plan.workload
+    if isinstance(w, InferWorkload) or plan.tuning is None or plan.tuning.compile == "off" or w.warmup:
+        return
+    why = (
+        "train.compile = true"
+        if w.compile
+        else f"optimize = {plan.tuning.tier} compiles on {plan.target.name}"
+    )
+    yield Diagnostic(f"train.warmup = 0, but the first step compiles ({why}) and would be measured",
+                     _span(r, "train", "warmup"),
+                     hint="write train.warmup = 1 or more, or train.compile = false")  # fmt: skip
 
 
 def _gaudi_fsdp(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:

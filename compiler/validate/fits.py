@@ -99,8 +99,8 @@ def check_fits(plan: Plan, resolved: Resolved) -> list[Diagnostic]:
         model = plan.model.kind
         written = [k for k in SIZE_SETTINGS if settings.has(("model", model, k))]
         at = settings.span(("model", model, written[0])) if written else settings.span(("model", model), True)
-        cause = (f"the peak is the build: the whole model in fp32 ({_gb(memory.build)}) before it is "
-                 "sharded, split or cast")  # fmt: skip
+        cause = (f"the peak is the build: the whole model ({_gb(memory.build)}) before it is "
+                 "sharded or split")  # fmt: skip
     elif growing >= memory.total - growing:
         at = settings.span((kind, "batch"))
         cause = f"what grows with the batch ({_gb(growing)}) is the larger share"

@@ -12,6 +12,8 @@ per-step times after warmup, throughput, peak memory, MFU, versions, or the erro
 
 import argparse
 import contextlib
+import faulthandler
+import gc
 import importlib.metadata
 import importlib.util
 import json
@@ -23,6 +25,7 @@ import socket
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import traceback
 
@@ -95,6 +98,16 @@ PLAN = {
         "activation_checkpointing": False,
     },
     "runtime": "torch",
+    "optimize": {
+        "tier": "tuned",
+        "knobs": {
+            "compile": "off",
+            "attention": "FusedSDPA",
+            "qkv": "separate",
+            "optimizer": "fused",
+            "hpu_mode": "lazy",
+        },
+    },
     "params": 2028328000,
     "peak_flops_per_device": 432000000000000.0,
     "train": {
@@ -113,7 +126,6 @@ PLAN = {
         "steps": 60,
         "warmup": 10,
         "grad_clip": None,
-        "compile": False,
         "seed": 0,
         "latent_size": 32,
         "seq_len": None,
@@ -160,17 +172,32 @@ class Device:
     def forward_options(self, kernel: str) -> dict:
         return {}
 
+    def numerics(self) -> dict:
+        """Gaudi has no TF32 switch and no cuDNN in torch's backends: nothing to set."""
+        return {"tf32_matmul": None, "tf32_cudnn": None, "cudnn_benchmark": None}
+
     def compile(self, model):
         return torch.compile(model, backend="hpu_backend")
 
+    def compile_options(self) -> dict:
+        """Each repeated block compiled by Habana's backend (eager mode), as optimum-habana's
+        regional compilation (use_regional_compilation) does."""
+        return {"backend": "hpu_backend"}
+
     def optimizer(self, name: str, params, args: dict, sharded: bool):
-        """Habana's FusedAdamW, except over FSDP2's sharded parameters (DTensors), for which
-        it allocates state of the whole parameter's shape: torch's AdamW there."""
-        if name == "adamw" and not sharded:
+        """Habana's FusedAdamW where the tier says fused (plan/tuning.py says default over
+        FSDP2's sharded parameters, DTensors, for which it allocates state of the whole
+        parameter's shape): torch's own optimizer otherwise."""
+        fused = PLAN["optimize"]["knobs"]["optimizer"] == "fused"
+        if fused and name == "adamw" and not sharded:
             return FusedAdamW(params, **args)
         return TORCH_OPTIMIZERS[name](params, **args)
 
     def clip_grad_norm(self, params, max_norm: float) -> None:
+        """Habana's FusedClipNorm where the tier says fused, else torch's clipping."""
+        if PLAN["optimize"]["knobs"]["optimizer"] != "fused":
+            torch.nn.utils.clip_grad_norm_(params, max_norm)
+            return
         params = list(params)
         if self._clip_norm is None:  # built once, as optimum-habana's trainer does
             self._clip_norm = FusedClipNorm(params, max_norm)
@@ -189,6 +216,27 @@ class Device:
     def synchronize(self) -> None:
         htcore.mark_step()
         hthpu.synchronize()
+
+    def time_mark(self):
+        """A timing boundary: the step's graph flushed and finished (one synchronisation)."""
+        htcore.mark_step()
+        hthpu.synchronize()
+        return time.perf_counter()
+
+    def durations(self, marks: list) -> list:
+        return [end - start for start, end in zip(marks, marks[1:], strict=False)]
+
+    def peak_reserved_bytes(self):
+        """Habana's memory stats name no reserve apart from MaxInUse."""
+        return None
+
+    def state(self):
+        """Power and temperature of the first card from hl-smi (it has no clock field to
+        query), or None without it."""
+        return query_smi(
+            ["hl-smi", "-Q", "power.draw,temperature.aip", "-f", "csv,noheader"],
+            ("power_w", "temperature_c"),
+        )
 
     def reset_peak_memory(self) -> None:
         hthpu.reset_peak_memory_stats()
@@ -244,9 +292,27 @@ def compute_loss(model, batch: dict, autocast, options: dict):
     return torch.nn.functional.mse_loss(prediction.float(), (noise - latents).float())
 
 
+def repeated_blocks(model):
+    """The list of repeated blocks (joint transformer blocks)."""
+    return model.transformer_blocks
+
+
 def transformer_blocks(model) -> list:
     """The repeated blocks: FSDP2 shards each of them."""
-    return list(model.transformer_blocks)
+    return list(repeated_blocks(model))
+
+
+def fuse_qkv(model) -> None:
+    """One q/k/v projection per stream instead of three (diffusers' fuse_qkv_projections,
+    the same products in one matrix multiply), the separate projections then dropped, so
+    no rank keeps, reduces or updates them."""
+    model.fuse_qkv_projections()
+    separate = ("to_q", "to_k", "to_v", "add_q_proj", "add_k_proj", "add_v_proj")
+    for module in model.modules():
+        if getattr(module, "fused_projections", False):
+            for name in separate:
+                if getattr(module, name, None) is not None:
+                    setattr(module, name, None)
 
 
 def enable_activation_checkpointing(model) -> None:
@@ -339,20 +405,116 @@ def scheduler_job():
     }
 
 
-class Stopped(Exception):
-    """The program received SIGTERM; `status` says whether the job's time limit had come."""
+class Stopped(BaseException):
+    """The program received SIGTERM; `status` says whether the job's time limit had come.
 
-    def __init__(self, signum: int):
+    A BaseException, as KeyboardInterrupt is: code that catches Exception (a compiler falling
+    back to eager, a retry) lets it through. Code that wraps it all the same (Dynamo raises
+    BackendCompilerFailed or InternalTorchDynamoError from it) is classified by the flag the
+    handler sets, ENDING["signum"]: whatever exception ends the run after SIGTERM, the run
+    was stopped, not failed."""
+
+    def __init__(self, signum: int, status: str = ""):
         self.signum = signum
-        # job.sbatch sets the job's end (its time limit) in Unix time
-        ends = os.environ.get("BENCHC_JOB_END_TIME", "")
-        limit_reached = ends.isdigit() and time.time() >= int(ends) - 60
-        self.status = "timeout" if limit_reached else "cancelled"
+        self.status = status or stop_status()
         super().__init__(f"received {signal.Signals(signum).name} ({self.status})")
 
 
+def stop_status() -> str:
+    """timeout once the job's end time has come (job.sbatch exports it in Unix time as
+    BENCHC_JOB_END_TIME), else cancelled."""
+    ends = os.environ.get("BENCHC_JOB_END_TIME", "")
+    limit_reached = ends.isdigit() and time.time() >= int(ends) - 60
+    return "timeout" if limit_reached else "cancelled"
+
+
+# How the run ends, shared with the signal handlers. main() names the metrics being filled,
+# the file they go to and the rank, and sets `closing` once the run is over (from then on it
+# records the ending itself, and a signal only wakes the watchdog). A SIGTERM before that
+# sets `signum` and `status`, the flag every ending is classified by, and `written` once its
+# record is on disk. `stop_seen`: the first SIGTERM's number, whenever it came.
+ENDING = {
+    "metrics": None,
+    "path": None,
+    "rank": 0,
+    "signum": None,
+    "status": None,
+    "written": False,
+    "closing": False,
+    "stop_seen": None,
+}
+# After SIGTERM the process ends within this many seconds, even where the stop is swallowed
+# (an exception caught and the work carried on, a wait that never returns): the watchdog
+# exits with 128 + the signal. Below launch.sh's grace (30 s) and Slurm's default KillWait.
+STOP_GRACE_S = 20.0
+STOP_SEEN = threading.Event()  # set by the first SIGTERM: wakes the watchdog
+
+
+def set_phase(metrics: dict, name: str) -> None:
+    """The phase the run is in (startup, compiling, warmup, measuring): recorded, so that a
+    run stopped or failed says where, and printed by rank 0 as `phase NAME`."""
+    metrics["phase"] = name
+    if ENDING["rank"] == 0:
+        print(f"phase {name}", flush=True)
+
+
+def stopped_record(metrics: dict) -> dict:
+    """The metrics so far as a stopped run: cancelled or timeout, with the step reached
+    (progress) and the phase the signal came in."""
+    name = signal.Signals(ENDING["signum"]).name
+    where = f" in phase {metrics['phase']}" if metrics.get("phase") else ""
+    return {
+        **metrics,
+        "status": ENDING["status"],
+        "error": {
+            "type": "Stopped",
+            "message": f"received {name} ({ENDING['status']}){where}",
+            "rank": ENDING["rank"],
+        },
+        "ended_at": utc_now(),
+    }
+
+
 def stop_on_signal(signum, frame):
-    raise Stopped(signum)
+    """SIGTERM (a scheduler's cancel or time limit, a launcher stopping the ranks): set the
+    flag, wake the watchdog, record the run as cancelled (or timeout) at once and
+    atomically, in case the process is killed before it unwinds, then raise Stopped. A
+    second SIGTERM changes nothing; one after the run is over only wakes the watchdog.
+    (Nothing here takes a lock the interrupted code may hold: no thread is started.)"""
+    if ENDING["stop_seen"] is not None:
+        return
+    ENDING["stop_seen"] = signum
+    STOP_SEEN.set()
+    # A last resort that needs no Python thread to run (the main thread may hold the GIL in
+    # C code): every thread's stack to stderr and _exit(1), some seconds after the watchdog.
+    faulthandler.dump_traceback_later(STOP_GRACE_S + 10.0, exit=True)
+    if ENDING["closing"]:
+        return  # the run is over: main() records how it ended
+    ENDING["signum"], ENDING["status"] = signum, stop_status()
+    if ENDING["metrics"] is not None:
+        with contextlib.suppress(Exception):  # if not, main() writes it on its way out
+            write_json(ENDING["path"], stopped_record(ENDING["metrics"]))
+            ENDING["written"] = True
+    raise Stopped(signum, ENDING["status"])
+
+
+def interrupt_on_signal(signum, frame):
+    """SIGINT (Ctrl-C): KeyboardInterrupt, as Python's own handler, except once the run is
+    over (a second Ctrl-C, or one a launcher passes on, cuts the record short nowhere)."""
+    if not ENDING["closing"]:
+        raise KeyboardInterrupt
+
+
+def watchdog() -> None:
+    """A daemon thread main() starts: once a SIGTERM has come, it waits STOP_GRACE_S; a
+    process still running then has swallowed the stop. It says where (every thread's
+    stack), then exits with 128 + the signal."""
+    STOP_SEEN.wait()
+    time.sleep(STOP_GRACE_S)
+    message = f"bench.py: still running {STOP_GRACE_S:g} s after SIGTERM; exiting"
+    print(message, file=sys.stderr, flush=True)
+    faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+    os._exit(128 + ENDING["stop_seen"])
 
 
 def write_json(path: str, payload: dict) -> None:
@@ -360,14 +522,19 @@ def write_json(path: str, payload: dict) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=folder, prefix=".metrics-", suffix=".json")
-    with os.fdopen(handle, "w") as stream:
-        json.dump(payload, stream, indent=2, sort_keys=True)
-        stream.write("\n")
-    # mkstemp makes 0600: give the file the mode a plain open() would
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(temporary, 0o666 & ~umask)
-    os.replace(temporary, path)
+    try:
+        with os.fdopen(handle, "w") as stream:
+            json.dump(payload, stream, indent=2, sort_keys=True)
+            stream.write("\n")
+        # mkstemp makes 0600: give the file the mode a plain open() would
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(temporary)
+        raise
 
 
 def start_processes(metrics: dict):
@@ -420,13 +587,137 @@ def flops_summary(flops_per_sample, samples_per_s_per_device: float) -> dict:
     }
 
 
-def build_on_meta(model_plan: dict, on_meta: bool, device):
+@contextlib.contextmanager
+def made_on(device, dtype=None):
+    """Tensors made inside are made on the device, and floating ones in `dtype` (None: fp32):
+    a model with no weights is built and initialised where it runs, in its precision, never
+    on the host first."""
+    previous = torch.get_default_dtype()
+    if dtype is not None:
+        torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            yield
+    finally:
+        torch.set_default_dtype(previous)
+
+
+# Measured windows: at least this many steps, or this many seconds, whichever comes first
+# (a full-size plan that asks for fewer measured steps runs on until one holds).
+MIN_MEASURED_STEPS = 50
+MIN_MEASURED_S = 20.0
+
+
+def query_smi(command: list, names: tuple):
+    """One line of a vendor tool's CSV query (nvidia-smi, hl-smi) as {name: value}: numbers
+    where they parse, the tool's own text elsewhere; None where the tool is missing or
+    fails. Read outside the measured window only."""
+    import subprocess  # only here: most programs never read a vendor tool
+
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=10, check=True
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = done.stdout.strip().splitlines()
+    if not lines:
+        return None
+    values = [value.strip() for value in lines[0].split(",")]
+    state = {}
+    for name, value in zip(names, values, strict=False):
+        number = value.split(" ")[0]  # "350 W" -> "350"
+        try:
+            state[name] = float(number)
+        except ValueError:
+            state[name] = value
+    return state
+
+
+class MeasuredWindow:
+    """The measured steps: the garbage collector frozen and off, one timing boundary per
+    step (device events on CUDA, nothing that waits for the device), losses kept on the
+    device and read once at the end, with the finite check done there too."""
+
+    def __init__(self, device, planned: int, smoke: bool) -> None:
+        self.device = device
+        self.planned = planned
+        self.smoke = smoke
+        self.losses = []
+        self.marks = []
+        self.started = 0.0
+
+    def __enter__(self):
+        gc.collect()
+        gc.freeze()
+        gc.disable()
+        self.device.synchronize()
+        self.device.reset_peak_memory()
+        self.started = time.perf_counter()
+        self.marks.append(self.device.time_mark())
+        return self
+
+    def record(self, loss) -> None:
+        """After a step: its boundary, and its loss (still on the device)."""
+        self.marks.append(self.device.time_mark())
+        if loss is not None:
+            self.losses.append(loss.detach())
+
+    def more(self) -> bool:
+        """Another step? The planned steps; at full size, on until 50 steps or 20 s."""
+        done = len(self.marks) - 1
+        if done < self.planned:
+            return True
+        if self.smoke or done >= MIN_MEASURED_STEPS:
+            return False
+        return time.perf_counter() - self.started < MIN_MEASURED_S
+
+    def __exit__(self, *exc) -> None:
+        gc.enable()
+        gc.unfreeze()
+
+    def times(self) -> list:
+        """Seconds of each measured step (one wait for the device, after the window)."""
+        return self.device.durations(self.marks)
+
+    def loss_values(self) -> list:
+        if not self.losses:
+            return []
+        values = torch.stack(self.losses).float().cpu().tolist()
+        return [float(value) for value in values]
+
+
+def device_state(device) -> dict:
+    """The device's clocks, power and throttle state where its vendor tool exists."""
+    return {"start": device.state(), "end": None}
+
+
+def record_tier(metrics: dict, device) -> None:
+    """The optimisation tier and every knob it turned on, and the numerics set for it."""
+    metrics["optimize"] = PLAN["optimize"]["tier"]
+    metrics["optimize_detail"] = dict(PLAN["optimize"]["knobs"])
+    metrics["numerics"] = device.numerics()
+
+
+def since_process_start(started: float) -> float:
+    """Seconds since this process started, imports included (Linux: its start time in
+    /proc); elsewhere since `started`, the top of main()."""
+    try:
+        with open("/proc/self/stat") as stat, open("/proc/uptime") as uptime:
+            ticks = int(stat.read().rsplit(")", 1)[1].split()[19])
+            age = float(uptime.read().split()[0]) - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return time.perf_counter() - started
+    return max(age, time.perf_counter() - started)
+
+
+def build_on_meta(model_plan: dict, on_meta: bool, device, dtype=None):
     """The model, with its parameters on the meta device (no memory) when on_meta: they are
     allocated later, shard by shard, by materialise(). Buffers (rotary and position tables)
     are small and computed at construction, so they are built for real and kept."""
     if not on_meta:
-        return build_model(model_plan).to(device), {}
-    with init_empty_weights(include_buffers=False):
+        return build_on_device(model_plan, device, dtype), {}
+    with made_on(device, dtype), init_empty_weights(include_buffers=False):
         model = build_model(model_plan)
     return model, {name: b.to(device) for name, b in model.named_buffers()}
 
@@ -440,6 +731,26 @@ def materialise(model, buffers: dict, device) -> None:
     initialize_weights(model)
 
 
+def build_on_device(model_plan: dict, device, dtype=None):
+    """The model where it runs: with no weights, every parameter is made and initialised on
+    the device itself, in `dtype` (None: fp32), never on the host first; local weights are
+    loaded, then moved."""
+    if model_plan["weights"]:
+        return build_model(model_plan).to(device)
+    with made_on(device, dtype):
+        model = build_model(model_plan)
+    return model.to(device)  # a table a library computed on the host, if any
+
+
+def compile_blocks(model, options: dict) -> None:
+    """Regional compilation: each repeated block compiled on its own and whole (fullgraph),
+    replacing it in its list. The blocks share their compiled code, so the compile time
+    does not grow with the depth; sharding wraps the compiled blocks (torchtitan's order)."""
+    blocks = repeated_blocks(model)
+    for index, block in enumerate(blocks):
+        blocks[index] = torch.compile(block, fullgraph=True, **options)
+
+
 TORCH_OPTIMIZERS = {
     "adamw": torch.optim.AdamW,
     "adam": torch.optim.Adam,
@@ -450,6 +761,7 @@ TORCH_OPTIMIZERS = {
 def train(metrics: dict, started: float) -> None:
     rank, world, device = start_processes(metrics)
     run, model_plan = PLAN["train"], PLAN["model"]
+    record_tier(metrics, device)
     # The same initial weights on every rank (sharding splits them as they are).
     torch.manual_seed(run["seed"])
     device.before_model()
@@ -457,40 +769,65 @@ def train(metrics: dict, started: float) -> None:
     step = prepare_training(device, world, metrics)
     torch.manual_seed(run["seed"] + rank)  # different data on every rank
     batch = synthetic_batch(run, model_plan, device.device)
-    metrics["startup_s"] = time.perf_counter() - started
-    step_times, losses = [], []
-    for index in range(run["steps"]):
-        # the step running now: the metrics written on SIGTERM say where the run stopped
+    metrics["startup_s"] = since_process_start(started)
+    metrics["device_state"] = device_state(device)
+    # Warmup on exactly the measured shapes, each step waited for; the first one compiles.
+    compiled = PLAN["optimize"]["knobs"]["compile"] != "off"
+    warmup_times, losses = [], []
+    for index in range(run["warmup"]):
         metrics["progress"] = {"step": index + 1, "of": run["steps"]}
-        if index == run["warmup"]:
-            device.reset_peak_memory()
-        device.synchronize()
+        if index == 0:
+            set_phase(metrics, "compiling" if compiled else "warmup")
         begin = time.perf_counter()
         loss = step(batch)
         device.synchronize()
-        step_times.append(time.perf_counter() - begin)
+        warmup_times.append(time.perf_counter() - begin)
         losses.append(float(loss))
         if not math.isfinite(losses[-1]):
             raise FloatingPointError(f"loss is {losses[-1]} at step {index + 1}")
+        if index == 0 and compiled:
+            metrics["compile_s"] = warmup_times[0]
+            set_phase(metrics, "warmup")
         if rank == 0:
-            phase = " (warmup)" if index < run["warmup"] else ""
             print(
                 f"step {index + 1}/{run['steps']} loss {losses[-1]:.4f} "
-                f"time {step_times[-1]:.3f}s{phase}",
+                f"time {warmup_times[-1]:.3f}s (warmup)",
                 flush=True,
             )
-
+    # The measured window: nothing in it waits for the device (MeasuredWindow).
+    set_phase(metrics, "measuring")
+    window = MeasuredWindow(device, run["steps"] - run["warmup"], PLAN["smoke"])
+    shown = time.perf_counter()
+    with window:
+        index = run["warmup"]
+        while window.more():
+            metrics["progress"] = {"step": index + 1, "of": run["steps"]}
+            window.record(step(batch))
+            index += 1
+            now = time.perf_counter()
+            if rank == 0 and (now - shown >= 1.0 or not window.more()):
+                # host time since the last line: progress, not the measurement
+                line = f"step {index}/{run['steps']} time {now - shown:.3f}s"
+                print(line, flush=True)
+                shown = now
+    step_times = window.times()
+    measured_losses = window.loss_values()
+    bad = [i for i, value in enumerate(measured_losses) if not math.isfinite(value)]
+    if bad:
+        at = run["warmup"] + bad[0] + 1
+        raise FloatingPointError(f"loss is {measured_losses[bad[0]]} at step {at}")
+    metrics["device_state"]["end"] = device.state()
     peak = torch.tensor([float(device.peak_memory_bytes())], device=device.device)
     if world > 1:
         dist.all_reduce(peak, op=dist.ReduceOp.MAX)
-    measured = step_times[run["warmup"] :]
-    samples_per_s = run["global_batch"] * len(measured) / sum(measured)
+    samples_per_s = run["global_batch"] * len(step_times) / sum(step_times)
     items_per_s = samples_per_s * PLAN["items_per_sample"]  # images, or tokens
+    losses += measured_losses
     metrics.update(
         status="ok",
         device_name=device.device_name(),
         versions=library_versions(device),
-        **timing_summary(step_times, run["warmup"]),
+        **timing_summary(warmup_times + step_times, run["warmup"]),
         throughput={
             "unit": PLAN["unit"],
             "job": items_per_s,
@@ -499,8 +836,11 @@ def train(metrics: dict, started: float) -> None:
         },
         loss={"first": losses[0], "last": losses[-1], "all": losses},
         peak_memory_bytes=int(peak.item()),
+        peak_reserved_memory_bytes=device.peak_reserved_bytes(),
         flops=flops_summary(PLAN["train_flops_per_sample"], samples_per_s / world),
     )
+    if compiled and warmup_times:  # compile reported apart from the rest of the warmup
+        metrics["warmup_s"] = sum(warmup_times[1:])
     if world > 1:
         dist.barrier()
         dist.destroy_process_group()
@@ -535,6 +875,7 @@ def prepare_training(device, world: int, metrics: dict):
     batches, returning their mean loss. Records the model's wrapper in the metrics."""
     run, model_plan, parallel = PLAN["train"], PLAN["model"], PLAN["parallel"]
     dtype = DTYPES[run["precision"]]
+    knobs = PLAN["optimize"]["knobs"]
     # A model too large for one device is built on the meta device (no memory), sharded,
     # and only then materialised: each rank allocates and initialises its own shards.
     on_meta = world > 1 and parallel["sharding"] == "fsdp" and model_plan["meta_init"]
@@ -542,12 +883,14 @@ def prepare_training(device, world: int, metrics: dict):
     if parallel["activation_checkpointing"]:
         enable_activation_checkpointing(model)
     model = device.prepare(model, run["attention"], training=True)
+    if knobs["qkv"] == "fused":
+        fuse_qkv(model)
     model.train()
+    if knobs["compile"] == "regional":  # before sharding, as torchtitan orders them
+        compile_blocks(model, device.compile_options())
     model = wrap_parallel(model, device, parallel, world, dtype)
     if on_meta:
         materialise(model, buffers, device.device)
-    if run["compile"]:
-        model = device.compile(model)
     sharded = world > 1 and parallel["sharding"] == "fsdp"
     name, args = run["optimizer"]["name"], run["optimizer"]["args"]
     optimizer = device.optimizer(name, model.parameters(), args, sharded)
@@ -615,35 +958,53 @@ def main(argv=None) -> int:
         "error": None,
     }
     rank = int(os.environ.get("RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0")))
-    # SIGTERM: a scheduler's cancel or time limit, or a launcher stopping the other ranks
-    # when one fails. Recorded as cancelled (or timeout) with the step reached, then exit.
-    signal.signal(signal.SIGTERM, stop_on_signal)
+    # rank 0 writes the metrics; any other rank that fails or is stopped, its own file beside
+    stem, suffix = os.path.splitext(args.metrics)
+    path = args.metrics if rank == 0 else f"{stem}.rank{rank}{suffix}"
+    ENDING.update(metrics=metrics, path=path, rank=rank)
+    failure = None
     try:
-        train(metrics, started)
-    except Stopped as stopped:
-        metrics["status"] = stopped.status
-        metrics["error"] = {"type": "Stopped", "message": str(stopped), "rank": rank}
-        metrics["ended_at"] = utc_now()
-        stem, suffix = os.path.splitext(args.metrics)
-        write_json(args.metrics if rank == 0 else f"{stem}.rank{rank}{suffix}", metrics)
-        return 128 + stopped.signum
-    except BaseException as error:  # recorded, then re-raised for the launcher to see
-        metrics["error"] = {
-            "type": type(error).__name__,
-            "message": str(error),
-            "rank": rank,
-            "traceback": traceback.format_exc()[-4000:],
-        }
-        if isinstance(error, KeyboardInterrupt):
-            metrics["status"] = "interrupted"
-        metrics["ended_at"] = utc_now()
-        stem, suffix = os.path.splitext(args.metrics)
-        write_json(args.metrics if rank == 0 else f"{stem}.rank{rank}{suffix}", metrics)
-        raise
-    metrics["wall_s"] = time.perf_counter() - started
+        try:
+            # SIGTERM: a scheduler's cancel or time limit, or a launcher stopping the ranks.
+            # Recorded at once as cancelled (or timeout) with the step and phase reached.
+            threading.Thread(target=watchdog, name="watchdog", daemon=True).start()
+            signal.signal(signal.SIGTERM, stop_on_signal)
+            if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+                signal.signal(signal.SIGINT, interrupt_on_signal)
+            set_phase(metrics, "startup")
+            train(metrics, started)
+        finally:
+            # the run is over, however it ended: a signal now changes nothing
+            ENDING["closing"] = True
+    except BaseException as error:  # recorded below, then re-raised for the launcher
+        failure = error
     metrics["ended_at"] = utc_now()
+    if ENDING["signum"] is not None:
+        # Stopped, whatever exception the stop became on its way here (a compiler may wrap
+        # it) or none (swallowed): the record the handler wrote stands.
+        if not ENDING["written"]:
+            write_json(path, stopped_record(metrics))
+        name = signal.Signals(ENDING["signum"]).name
+        stopped = f"bench.py: rank {rank} stopped by {name} ({ENDING['status']})"
+        print(stopped, file=sys.stderr, flush=True)
+        # The same stop passed on again (a launcher's and a scheduler's) must not kill the
+        # exiting interpreter, which resets the handlers; the watchdogs bound the exit.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        return 128 + ENDING["signum"]
+    if failure is not None:
+        metrics["error"] = {
+            "type": type(failure).__name__,
+            "message": str(failure),
+            "rank": rank,
+            "traceback": "".join(traceback.format_exception(failure))[-4000:],
+        }
+        if isinstance(failure, KeyboardInterrupt):
+            metrics["status"] = "interrupted"
+        write_json(path, metrics)
+        raise failure
+    metrics["wall_s"] = time.perf_counter() - started
     if rank == 0:
-        write_json(args.metrics, metrics)
+        write_json(path, metrics)
         value, unit = headline(metrics)
         print(f"{PLAN['metric']}: {value:.4g} {unit} -> {args.metrics}", flush=True)
     return 0

@@ -1,0 +1,243 @@
+"""The optimisation tier (optimize = plain | tuned) and the measurement rules it comes with:
+programs differ only in the tier's knobs, record every knob, keep host synchronisation out of
+measured steps, compile each repeated block once whatever the depth, and build models on
+the device."""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from codegen_helpers import in_repo, plan_literal, spec_files
+
+from benchc.pipeline import plan_spec
+
+from conftest import REPO, run_cli
+
+WORKLOADS = {  # spec: experiment
+    "sd3.bench": "sd3_mmdit_train",
+    "beluga-train.bench": "beluga_70b_train",
+    "sd3-infer.bench": "sd3_large_infer",
+    "beluga-infer.bench": "beluga_70b_infer",
+}
+ONE_PROCESS = ("cluster.nodes=1", "cluster.devices_per_node=1", "parallel.data=1")
+
+
+def code_outside_plan(program: str) -> list[str]:
+    """The program's lines without its docstring's title and the PLAN literal."""
+    lines = program.splitlines()
+    start = lines.index("PLAN = {")
+    end = start + lines[start:].index("}")
+    return lines[:1] + lines[2:start] + lines[end + 1 :]
+
+
+@pytest.mark.parametrize("spec", WORKLOADS)
+@pytest.mark.parametrize("target", ["cpu", "h100", "gaudi2"])
+def test_tuned_and_plain_programs_differ_only_in_the_knobs_of_the_tier(spec, target):
+    tuned = spec_files(spec, target)["bench.py"]
+    plain = spec_files(spec, target, overrides=["optimize=plain"])["bench.py"]
+    tuned_plan, plain_plan = plan_literal(tuned), plan_literal(plain)
+    assert tuned_plan["optimize"]["tier"] == "tuned" and plain_plan["optimize"]["tier"] == "plain"
+    # the same PLAN but for the tier, its knobs and the point's name
+    for key in ("optimize", "point", "point_values"):
+        tuned_plan.pop(key), plain_plan.pop(key)
+    assert tuned_plan == plain_plan
+    # the same code, but Gaudi's choice of lazy or eager mode (it must precede the imports)
+    lines = difflib.unified_diff(code_outside_plan(tuned), code_outside_plan(plain), n=0, lineterm="")
+    diff = [line for line in lines if line[:1] in "+-" and line[:3] not in ("+++", "---")]
+    allowed = ("PT_HPU_LAZY_MODE", "# Lazy mode", "# Eager mode")
+    assert all(any(word in line for word in allowed) for line in diff), diff
+    assert bool(diff) == (target == "gaudi2")
+
+
+def test_the_knobs_of_each_tier_are_those_the_docs_list():
+    def knobs(target, *overrides, spec="sd3.bench"):
+        return plan_literal(spec_files(spec, target, overrides=list(overrides))["bench.py"])["optimize"][
+            "knobs"
+        ]
+
+    assert knobs("h100") == {"compile": "regional", "attention": "cudnn>flash>efficient", "qkv": "fused",
+                             "optimizer": "fused", "cudnn_benchmark": "on"}  # fmt: skip
+    assert knobs("h100", "optimize=plain") == {"compile": "off", "attention": "flash>efficient>cudnn",
+                                               "qkv": "separate", "optimizer": "default",
+                                               "cudnn_benchmark": "off"}  # fmt: skip
+    # settings that overlap the tier win over it
+    assert knobs("h100", "train.compile=false")["compile"] == "off"
+    assert knobs("h100", "optimize=plain", "train.compile=true")["compile"] == "regional"
+    assert knobs("h100", "train.attention=flash")["attention"] == "flash"
+    # Gaudi: today's lazy-mode path is tuned; plain runs eager, torch's own optimizer
+    assert knobs("gaudi2") == {"compile": "off", "attention": "FusedSDPA", "qkv": "separate",
+                               "optimizer": "fused", "hpu_mode": "lazy"}  # fmt: skip
+    assert knobs("gaudi2", "optimize=plain")["hpu_mode"] == "eager"
+    assert knobs("gaudi2", "optimize=plain")["optimizer"] == "default"
+    # the CPU: the same structure as CUDA, compile optional (off unless written)
+    assert knobs("cpu")["compile"] == "off" and knobs("cpu")["qkv"] == "fused"
+    # diffusers' fused projections apply no q/k norm: not offered for an MMDiT with qk_norm
+    assert knobs("h100", "model.mmdit.qk_norm=rms_norm")["qkv"] == "separate"
+    # generation brings a mask: no flash kernel in its list
+    assert knobs("h100", spec="beluga-infer.bench")["attention"] == "cudnn>efficient"
+
+
+def test_the_plan_shows_the_tier_and_a_point_under_plain_is_named_for_it():
+    result = run_cli("plan", "specs/sd3.bench", "--target", "h100", "--set", "optimize=plain", cwd=REPO)
+    assert result.code == 0, result.err
+    assert "sd3_mmdit_train / h100 / batch-16_optimize-plain" in result.out
+    assert "optimize  plain: compile=off, attention=flash>efficient>cudnn" in result.out
+    with in_repo():
+        swept = plan_spec(Path("specs/sd3.bench"), targets=["h100"],
+                          overrides=["train.batch=16"], smoke=False).plans  # fmt: skip
+    assert [p.point for p in swept] == ["default"] and swept[0].tuning.tier == "tuned"
+    bad = run_cli("check", "specs/sd3.bench", "--set", "optimize=fastest", cwd=REPO)
+    assert bad.code == 2 and "--set[1]:1:10" in bad.err and "plain, tuned" in bad.err
+
+
+def compile_point(tmp_path: Path, spec: str, *overrides: str) -> Path:
+    """One process on the CPU, shrunk (S4 in bf16: accelerate has no fp16 on the CPU)."""
+    llama = ("train.global_batch=4", "train.precision=bf16") if spec == "beluga-train.bench" else ()
+    sets = [arg for o in (*ONE_PROCESS, *llama, *overrides) for arg in ("--set", o)]
+    result = run_cli("compile", f"specs/{spec}", "--smoke", "--target", "cpu", "-o", str(tmp_path), *sets,
+                     cwd=REPO)  # fmt: skip
+    assert result.code == 0, result.err
+    points = sorted(p.parent for p in tmp_path.glob(f"{WORKLOADS[spec]}/cpu/*/bench.py"))
+    return points[0]  # S1's first batch
+
+
+TRAINING = [("sd3.bench", "torch", "tuned"), ("sd3.bench", "torch", "plain"),
+            ("beluga-train.bench", "torch", "tuned"), ("beluga-train.bench", "torch", "plain"),
+            ("sd3.bench", "accelerate", "tuned"), ("beluga-train.bench", "accelerate", "tuned")]  # fmt: skip
+
+
+@pytest.mark.parametrize("spec, runtime, tier", TRAINING, ids=["-".join(t) for t in TRAINING])
+def test_no_host_synchronisation_inside_the_measured_steps(tmp_path, spec, runtime, tier):
+    """Every training program on the CPU, run in-process with a counter of host syncs
+    (aten._local_scalar_dense) over its measured window: none; the window's losses are read
+    once after it, and every knob of the tier is in the metrics."""
+    point = compile_point(tmp_path, spec, f"runtime={runtime}", f"optimize={tier}", "parallel.sharding=none")
+    metrics_path, counts_path = tmp_path / "metrics.json", tmp_path / "counts.json"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    probe = REPO / "tests" / "window_probe.py"
+    command = [sys.executable, str(probe), str(point / "bench.py"), str(metrics_path), str(counts_path)]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    counts = json.loads(counts_path.read_text())
+    assert counts["windows"] == 1 and counts["ops"] > 100  # the steps ran under the counter
+    assert counts["syncs"] == 0
+    if tier == "tuned":  # fused AdamW keeps its step counts on the device too
+        assert counts["host_step_counts"] == 0
+    metrics = json.loads(metrics_path.read_text())
+    plan = plan_literal((point / "bench.py").read_text())
+    steps, warmup = plan["train"]["steps"], plan["train"]["warmup"]
+    assert metrics["status"] == "ok" and metrics["steps"]["measured"] == steps - warmup > 1
+    assert len(metrics["loss"]["all"]) == steps and len(metrics["step_time_s"]["all"]) == steps - warmup
+    assert metrics["optimize"] == tier
+    assert metrics["optimize_detail"] == plan["optimize"]["knobs"]
+    assert set(metrics["numerics"]) == {"tf32_matmul", "tf32_cudnn", "cudnn_benchmark"}
+    assert metrics["device_state"] == {"start": None, "end": None}  # the CPU has no vendor tool
+    assert metrics["phase"] == "measuring"
+
+
+def load_program(path: Path):
+    spec = importlib.util.spec_from_file_location(f"bench_{path.parent.name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class FrameCounter:
+    """A torch.compile backend that counts the graphs it is given and their nodes."""
+
+    def __init__(self) -> None:
+        self.graphs = []
+
+    def __call__(self, graph_module, example_inputs):
+        self.graphs.append(len(graph_module.graph.nodes))
+        return graph_module.forward
+
+
+@pytest.mark.parametrize(
+    "spec, setting", [("sd3.bench", "num_layers"), ("beluga-train.bench", "num_hidden_layers")]
+)
+def test_regional_compilation_does_not_grow_with_depth(tmp_path, spec, setting):
+    """compile_blocks compiles each repeated block whole (fullgraph: a graph break fails) and
+    the blocks share their code: the graphs compiled and their sizes are the same for 2, 4
+    and 8 layers."""
+    module = load_program(compile_point(tmp_path, spec, "train.compile=true") / "bench.py")
+    seen = {}
+    for depth in (2, 4, 8):
+        torch._dynamo.reset()
+        model_plan = json.loads(json.dumps(module.PLAN["model"]))
+        model_plan["config"][setting] = depth
+        torch.manual_seed(0)
+        model = module.build_model(model_plan)
+        counter = FrameCounter()
+        module.compile_blocks(model, {"backend": counter})
+        batch = module.synthetic_batch(module.PLAN["train"], model_plan, torch.device("cpu"))
+        loss = module.compute_loss(model, batch, torch.autocast("cpu", dtype=torch.bfloat16), {})
+        loss.backward()
+        assert all(type(b).__name__ == "OptimizedModule" for b in module.repeated_blocks(model))
+        seen[depth] = sorted(counter.graphs)
+    assert seen[2] and seen[2] == seen[4] == seen[8], seen
+
+
+FULL_SIZE = [("sd3.bench", None), ("beluga-train.bench", None), ("beluga-infer.bench", torch.bfloat16)]
+
+
+@pytest.mark.parametrize("spec, dtype", FULL_SIZE, ids=[s for s, _ in FULL_SIZE])
+def test_full_size_models_are_built_where_they_run_never_on_the_host_first(tmp_path, spec, dtype):
+    """The program's own build (build_on_meta without sharding -> build_on_device) of the
+    full-size model, with the meta device standing for the accelerator: every parameter and
+    buffer is made there (none on the host), in the target precision, in seconds."""
+    files = spec_files(spec, "h100")
+    program = tmp_path / "bench.py"
+    # the CUDA program's core, with its adapter's CUDA check out of the way: only the core's
+    # build functions are called, never the Device
+    program.write_text(files["bench.py"])
+    module = load_program_without_main(program)
+    model, buffers = module.build_on_meta(module.PLAN["model"], False, torch.device("meta"), dtype)
+    assert buffers == {}
+    tensors = list(model.parameters()) + list(model.buffers())
+    assert sum(p.numel() for p in model.parameters()) > 10**9
+    on_host = [
+        name for name, t in [*model.named_parameters(), *model.named_buffers()] if t.device.type != "meta"
+    ]
+    assert not on_host, on_host[:5]
+    expected = dtype or torch.float32
+    assert {p.dtype for p in model.parameters()} == {expected}
+    assert tensors
+
+
+def test_the_sd3_pipeline_parts_are_built_on_the_device_in_its_precision(tmp_path):
+    files = spec_files("sd3-infer.bench", "h100")
+    program = tmp_path / "bench.py"
+    program.write_text(files["bench.py"])
+    module = load_program_without_main(program)
+    with module.made_on(torch.device("meta"), torch.bfloat16):
+        parts = module.build_parts(module.PLAN["model"])
+    assert set(parts) == {"transformer", "vae", "clip_l", "clip_g", "t5"}
+    params = [p for part in parts.values() for p in part.parameters()]
+    assert sum(p.numel() for p in params) > 10**10  # SD3 8B with T5-XXL: full size
+    assert {p.device.type for p in params} == {"meta"}
+    assert {p.dtype for p in params} == {torch.bfloat16}
+    assert torch.get_default_dtype() == torch.float32  # made_on restores it
+
+
+def load_program_without_main(path: Path):
+    """Import a generated program as a module (its main() does not run on import)."""
+    return load_program(path)
+
+
+def test_a_compiled_program_must_warm_up_before_it_measures():
+    refused = run_cli("check", "specs/sd3.bench", "--target", "h100", "--set", "train.warmup=0", cwd=REPO)
+    assert refused.code == 2 and "--set[1]:1:14" in refused.err
+    assert "the first step compiles (optimize = tuned compiles on h100)" in refused.err
+    for allowed in (["--set", "train.compile=false"], ["--set", "optimize=plain"]):
+        result = run_cli("check", "specs/sd3.bench", "--target", "h100", "--set", "train.warmup=0", *allowed,
+                         cwd=REPO)  # fmt: skip
+        assert result.code == 0, result.err
