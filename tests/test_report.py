@@ -57,9 +57,10 @@ def test_smoke_run_of_s1_stores_both_points_and_reports_them(tmp_path):
     for row, record in zip(rows, records):
         assert row[2] == sig(record.metrics["throughput"]["job"])
         assert row[3] == "1.00x"  # the only target is its own baseline
-        assert row[4] == sig(record.metrics["throughput"]["per_device"])
-        assert row[5] == sig(record.metrics["step_time_s"]["median"] * 1e3)
-        assert row[8] == "-"  # no MFU on the cpu: its peak is unknown
+        assert row[4] == (record.metrics.get("optimize") or "-")  # the tier, as the program recorded it
+        assert row[5] == sig(record.metrics["throughput"]["per_device"])
+        assert row[6] == sig(record.metrics["step_time_s"]["median"] * 1e3)
+        assert row[9] == "-"  # no MFU on the cpu: its peak is unknown
     assert "smoke" in page
     assert_chart(tmp_path / "reports" / "sd3_mmdit_train-smoke.png")
 
@@ -97,9 +98,10 @@ def test_report_ratios_confidence_intervals_noise_and_references(tmp_path):
     summary = summarize([150.0, 160.0, 140.0])
     assert (low, high) == (sig(summary.ci_low), sig(summary.ci_high))
     assert "(noisy)" in rows["h100"][2]  # cv = 6.7% > 5%
-    assert rows["h100"][9] == "2"  # world size: these metrics record no hosts
-    assert rows["h100"][10] == "3"
-    assert "200 images/s (published)" in rows["h100"][11]
+    assert rows["h100"][4] == "-"  # these metrics record no tier: shown as unknown, not guessed
+    assert rows["h100"][10] == "2"  # world size: these metrics record no hosts
+    assert rows["h100"][11] == "3"
+    assert "200 images/s (published)" in rows["h100"][12]
     assert_chart(tmp_path / "out" / "sd3_mmdit_train-smoke.png")
 
     html = benchc("report", "--format", "html", "-o", str(tmp_path / "html"), db=db)
@@ -129,15 +131,20 @@ def test_significant_figures():
     assert sig(float("nan")) == "-" and sig(None) == "-"
 
 
-def store_trials(db, rows: dict, plan: dict, metric_fields=lambda m, v: None):
+def batch_of(target: str, point: str) -> dict:
+    return {"train.batch": int(point.split("-")[1].split("_")[0])}
+
+
+def store_trials(db, rows: dict, plan: dict, metric_fields=lambda m, v: None, point_values=batch_of):
     """rows: (target, point) -> values of the trials, stored as one series each."""
     with Store(db) as store:
         for (target, point), values in rows.items():
             for trial, value in enumerate(values, 1):
                 m = ok_metrics(1.0 / value, target=target, point=point)
+                m["point_values"] = point_values(target, point)
                 metric_fields(m, value)
                 run_id = store.start(experiment="sd3_large_infer", target=target, point=point,
-                                     point_values={"train.batch": int(point.split("-")[1])}, smoke=False,
+                                     point_values=m["point_values"], smoke=False,
                                      spec_path=None, spec_sha256=None, build_path=None, log_path=None,
                                      environment={}, series=f"{target}-{point}", trial=trial,
                                      plan=plan(target, point))  # fmt: skip
@@ -160,7 +167,8 @@ def test_a_lower_is_better_headline_leads_the_table_the_ratios_and_the_chart(tmp
     store_trials(db, {("a100", "batch-1"): [4.0, 4.0], ("gaudi2", "batch-1"): [2.0, 2.1]}, plan, pipeline)
     assert benchc("report", "--baseline", "a100", "-o", str(tmp_path / "out"), db=db).returncode == 0
     page = (tmp_path / "out" / "report.md").read_text()
-    assert "| point | target | seconds per image (s/image, lower is better) | vs a100 (>1 = better) |" in page
+    header = "| seconds per image (s/image, lower is better) | vs a100 (>1 = better) | tier |"
+    assert f"| point | target {header}" in page
     rows = {r[1]: r for r in table_rows(page)}
     assert rows["gaudi2"][2].startswith("2.05 [") and rows["gaudi2"][3] == "1.95x"  # 4.0 / 2.05: faster
     assert rows["a100"][3] == "1.00x"
@@ -232,3 +240,151 @@ def test_the_chart_labels_bars_in_3_figures_draws_no_caps_for_one_trial_and_keep
     assert any(isinstance(c, LineCollection) for c in axes.collections)  # the reference, a line
     assert not [c for c in axes.collections if isinstance(c, PathCollection)]  # no marker on a label
     plt.close(figure)
+
+
+# ------------------------------------------------------------------ optimisation tiers
+
+TUNED = {"compile": "regional", "attention": "cudnn>flash>efficient", "qkv": "fused", "optimizer": "fused",
+         "graphs": "off"}  # fmt: skip
+PLAIN = {"compile": "off", "attention": "math", "qkv": "separate", "optimizer": "foreach", "graphs": "off"}
+
+
+def tiered(throughput: float, target: str, point: str, tier: str | None, detail: dict | None = None) -> dict:
+    """Metrics as a program of the optimisation tier writes them (tier None: an older program,
+    without the fields); a plain point set by --set or `on` carries the tier in its name and
+    values."""
+    m = ok_metrics(throughput, target=target, point=point)
+    plain = point.endswith("_optimize-plain")
+    m["point_values"] = {"train.batch": 16, **({"optimize": "plain"} if plain else {})}
+    if tier is not None:
+        m["optimize"] = tier
+        m["optimize_detail"] = dict(detail if detail is not None else (TUNED if tier == "tuned" else PLAIN))
+    return m
+
+
+def ingested(tmp_path, *metrics) -> object:
+    db = tmp_path / "r.db"
+    paths = []
+    for index, m in enumerate(metrics):
+        path = tmp_path / f"m{index}.json"
+        path.write_text(json.dumps(m))
+        paths.append(str(path))
+    proc = benchc("ingest", *paths, db=db)
+    assert proc.returncode == 0, proc.stderr
+    return db
+
+
+def test_the_tier_column_shows_each_rows_tier_and_a_dash_where_the_metrics_predate_tiers(tmp_path):
+    runs = [tiered(150.0, "h100", "batch-16", "tuned"), tiered(100.0, "gaudi2", "batch-16", None),
+            tiered(90.0, "a100", "batch-16", "plain")]  # fmt: skip
+    db = ingested(tmp_path, *runs)
+    assert benchc("report", "--baseline", "gaudi2", "-o", str(tmp_path / "out"), db=db).returncode == 0
+    page = (tmp_path / "out" / "report.md").read_text()
+    assert "| point | target | throughput (images/s) | vs gaudi2 (>1 = better) | tier | per device |" in page
+    rows = {r[1]: r for r in table_rows(page)}
+    assert (rows["h100"][4], rows["gaudi2"][4], rows["a100"][4]) == ("tuned", "-", "plain")
+    assert "The tier is the optimisation tier each run had" in page  # the notes say what it means
+    assert "The same point under each tier" not in page  # no target ran both tiers
+    html = benchc("report", "--format", "html", "-o", str(tmp_path / "html"), db=db)
+    assert html.returncode == 0, html.stderr
+    page = (tmp_path / "html" / "report.html").read_text()
+    assert "<th>tier</th>" in page and "<td>tuned</td>" in page and "<td>-</td>" in page
+
+
+def test_the_same_point_under_both_tiers_gives_tuned_over_plain_and_the_knobs_tuned_turned_on(tmp_path):
+    db = ingested(tmp_path, tiered(231.0, "h200", "batch-16", "tuned"),
+                  tiered(100.0, "h200", "batch-16_optimize-plain", "plain"),
+                  tiered(120.0, "gaudi2", "batch-16", "tuned", {**TUNED, "compile": "off"}),
+                  tiered(80.0, "gaudi2", "batch-16_optimize-plain", "plain"),
+                  tiered(50.0, "a100", "batch-16", "tuned"))  # fmt: skip
+    assert benchc("report", "-o", str(tmp_path / "out"), db=db).returncode == 0
+    page = (tmp_path / "out" / "report.md").read_text()
+    assert "The same point under each tier (>1: tuned is faster):" in page
+    lines = [x for x in page.splitlines() if " plain (" in x and x.startswith("- ")]
+    assert lines == [
+        "- gaudi2 at train.batch=16: tuned 1.50x plain (attention=cudnn>flash>efficient, qkv=fused, "
+        "optimizer=fused; throughput 120 vs 80.0 images/s)",
+        "- h200 at train.batch=16: tuned 2.31x plain (compile=regional, attention=cudnn>flash>efficient, "
+        "qkv=fused, optimizer=fused; throughput 231 vs 100 images/s)",
+    ], lines  # knobs left off (compile=off, graphs=off) are not listed; a100 ran one tier only
+    rows = {(r[0], r[1]): r[4] for r in table_rows(page)}
+    assert rows[("batch-16_optimize-plain", "h200")] == "plain" and rows[("batch-16", "h200")] == "tuned"
+
+
+def test_under_a_lower_is_better_headline_tuned_over_plain_is_still_how_much_faster(tmp_path):
+    db = tmp_path / "r.db"
+
+    def pipeline(m, seconds):
+        m["pipeline"] = {"s_per_image": seconds, "denoise_s_per_image": seconds / 2, "denoising_steps": 30,
+                         "guidance": 7.0, "resolution": 1024}  # fmt: skip
+        m["metric"] = "s_per_image"
+        m["optimize"] = "plain" if m["point"].endswith("_optimize-plain") else "tuned"
+        m["optimize_detail"] = PLAIN if m["optimize"] == "plain" else TUNED
+
+    def values(target, point):
+        return {"train.batch": 1, **({"optimize": "plain"} if point.endswith("_optimize-plain") else {})}
+
+    def plan(target, point):
+        return {"measure": {"metric": "s_per_image"}, "references": [], "declared_references": []}
+
+    rows = {("h100", "batch-1"): [2.0, 2.0], ("h100", "batch-1_optimize-plain"): [3.0, 3.0]}
+    store_trials(db, rows, plan, pipeline, values)
+    assert benchc("report", "-o", str(tmp_path / "out"), db=db).returncode == 0
+    page = (tmp_path / "out" / "report.md").read_text()
+    line = next(x for x in page.splitlines() if x.startswith("- h100 at train.batch=1: tuned"))
+    assert line.startswith("- h100 at train.batch=1: tuned 1.50x plain (compile=regional,"), line  # 3 s / 2 s
+    assert line.endswith("; seconds per image 2.00 vs 3.00 s/image)"), line
+
+
+def test_a_sweep_over_both_tiers_is_paired_by_the_other_values_of_its_points(tmp_path):
+    def swept(throughput, tier):
+        m = tiered(throughput, "h100", f"batch-16_optimize-{tier}", tier)
+        m["point_values"] = {"train.batch": 16, "optimize": tier}
+        return m
+
+    db = ingested(tmp_path, swept(200.0, "tuned"), swept(100.0, "plain"))
+    assert benchc("report", "-o", str(tmp_path / "out"), db=db).returncode == 0
+    page = (tmp_path / "out" / "report.md").read_text()
+    assert "- h100 at train.batch=16: tuned 2.00x plain (compile=regional," in page, page
+
+
+def test_knob_values_from_the_metrics_are_escaped_in_markdown_and_html(tmp_path):
+    hostile = {"compile": "<script>alert(1)</script>", "attention": "a|b\nc", "qkv": "x & y"}
+    db = ingested(tmp_path, tiered(200.0, "h100", "batch-16", "tuned", hostile),
+                  tiered(100.0, "h100", "batch-16_optimize-plain", "plain", {}))  # fmt: skip
+    assert benchc("report", "-o", str(tmp_path / "out"), db=db).returncode == 0
+    page = (tmp_path / "out" / "report.md").read_text()
+    assert "<script>" not in page
+    line = next(x for x in page.splitlines() if x.startswith("- h100 at train.batch=16: tuned"))
+    assert "compile=&lt;script>alert(1)&lt;/script>, attention=a\\|b c, qkv=x &amp; y;" in line, line
+    assert benchc("report", "--format", "html", "-o", str(tmp_path / "html"), db=db).returncode == 0
+    page = (tmp_path / "html" / "report.html").read_text()
+    assert "<script>" not in page and "compile=&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "attention=a|b\nc" in page  # inside an <li>: a newline and a bar are inert in HTML
+
+
+def test_export_and_show_carry_the_tier(tmp_path):
+    db = ingested(tmp_path, tiered(150.0, "h100", "batch-16_optimize-plain", "plain"),
+                  tiered(100.0, "gaudi2", "batch-16", None))  # fmt: skip
+    exported = json.loads(benchc("export", "--format", "json", db=db).stdout)
+    assert {r["target"]: r["optimize"] for r in exported} == {"h100": "plain", "gaudi2": None}
+    assert [r for r in exported if r["target"] == "h100"][0]["metrics"]["optimize_detail"] == PLAIN
+    lines = benchc("export", "--format", "csv", db=db).stdout.splitlines()
+    header = lines[0].split(",")
+    assert "optimize" in header
+    cells = {row.split(",")[2]: row.split(",")[header.index("optimize")] for row in lines[1:]}
+    assert cells == {"h100": "plain", "gaudi2": ""}
+    run = [r for r in exported if r["target"] == "h100"][0]["id"]
+    assert json.loads(benchc("show", run, db=db).stdout)["optimize"] == "plain"
+
+
+def test_a_metrics_file_with_a_bad_tier_is_refused(tmp_path):
+    cases = {"tier": {"optimize": "fast"}, "knob name": {"optimize_detail": {"Compile!": "x"}},
+             "knob value": {"optimize_detail": {"compile": 3}},
+             "long value": {"optimize_detail": {"compile": "x" * 201}}}  # fmt: skip
+    for name, fields in cases.items():
+        m = {**tiered(100.0, "h100", "batch-16", "tuned"), **fields}
+        path = tmp_path / f"{name.replace(' ', '_')}.json"
+        path.write_text(json.dumps(m))
+        proc = benchc("ingest", str(path), db=tmp_path / "r.db")
+        assert proc.returncode == 2 and "does not match the benchc metrics schema" in proc.stderr, name

@@ -56,6 +56,62 @@ def test_each_ratio_is_split_into_peak_and_mfu_and_the_product_is_the_ratio(tmp_
     assert f"x MFU {sig(mfu)}x" in line and "product" not in line, line  # product == ratio
     assert "- cpu at batch-16: 0.100x gaudi2, not split: the dense peak of cpu is unknown" in page
     assert "No prices were given" in page
+    assert "treatment" not in page  # no run recorded a tier: nothing is said of it, nothing guessed
+
+
+def with_tier(m: dict, tier: str | None) -> dict:
+    if tier is not None:
+        m["optimize"] = tier
+        m["optimize_detail"] = {"compile": "regional" if tier == "tuned" else "off"}
+    return m
+
+
+def test_a_pair_of_targets_that_ran_different_tiers_is_not_explained_as_hardware(tmp_path):
+    """Rows at one point under different tiers: the pair says the treatment was not equal and
+    is not split into peak x MFU; a row whose metrics record no tier gets a note, not a guess."""
+    db = stored(tmp_path, with_tier(metrics_for("gaudi2", 100.0), "tuned"),
+                with_tier(metrics_for("h100", 150.0), "plain"), with_tier(metrics_for("a100", 80.0), None),
+                with_tier(metrics_for("h200", 200.0), "tuned"))  # fmt: skip
+    proc = benchc("report", "--baseline", "gaudi2", "-o", str(tmp_path / "out"), db=db)
+    assert proc.returncode == 0, proc.stderr
+    page = (tmp_path / "out" / "report.md").read_text()
+    pairs = [x for x in page.splitlines() if x.startswith("- ") and (" = peak " in x or ", not split: " in x)]
+    lines = {x.split(":")[0] + " / " + x.split("x ")[1].split(" ")[0].rstrip(","): x for x in pairs}
+    unequal = "h100 ran plain, gaudi2 tuned: not equal treatment"
+    assert lines["- h100 at batch-16 / gaudi2"] == f"- h100 at batch-16: 1.50x gaudi2, not split: {unequal}"
+    assert lines["- h200 at batch-16 / h100"].endswith("h200 ran tuned, h100 plain: not equal treatment")
+    same = lines["- h200 at batch-16 / gaudi2"]  # both tuned: split as before, with no note
+    assert " = peak " in same and "treatment" not in same, same
+    unknown = lines["- a100 at batch-16 / gaudi2"]
+    assert " = peak " in unknown, unknown
+    note = "; the tier of a100 is not recorded (an older program): equal treatment is not known"
+    assert unknown.endswith(note), unknown
+    table = [r.split("|") for r in page.splitlines() if r.startswith("| batch")]
+    rows = {r[2].strip(): r[5].strip() for r in table}
+    assert rows == {"gaudi2": "tuned", "h100": "plain", "a100": "-", "h200": "tuned"}
+
+
+def test_the_chart_says_which_tier_each_bar_ran_where_the_tiers_at_a_point_differ():
+    import matplotlib.pyplot as plt
+
+    from benchc.report.collect import sections
+    from benchc.report.plot import draw
+    from benchc.results.store import RunRecord
+
+    def record(target, value, tier, point):
+        return RunRecord(id=target + point, experiment="e", target=target, point=point, point_values={},
+                         smoke=False, spec_path=None, spec_sha256=None, build_path=None, log_path=None,
+                         status="ok", cause=None, log_tail=None,
+                         metrics=with_tier(ok_metrics(value, target=target, point=point), tier),
+                         environment={}, plan={}, series=target + point, trial=1, source="run",
+                         started_at="2026-01-01T00:00:00", ended_at=None)  # fmt: skip
+
+    (section,) = sections([record("a", 100.0, "tuned", "p"), record("b", 50.0, "plain", "p"),
+                           record("a", 10.0, "tuned", "q"), record("b", 20.0, "tuned", "q")])  # fmt: skip
+    figure = draw(section)
+    labels = sorted(t.get_text() for t in figure.axes[0].texts)
+    assert labels == ["10.0", "100\n(tuned)", "20.0", "50.0\n(plain)"], labels  # q: equal, unmarked
+    plt.close(figure)
 
 
 def test_different_device_counts_and_models_are_factors_of_their_own(tmp_path):
@@ -194,7 +250,8 @@ def test_every_pair_of_targets_is_explained_and_runs_sit_on_a_roofline_chart(tmp
     assert f"x MFU {sig(mfu['h100'] / mfu['a100'])}x" in pairs[-1], pairs[-1]
     for target, share in shares.items():  # each run against its bound, at the share it reached
         bound = next(x for x in page.splitlines() if x.startswith(f"- {target} at default: the roofline"))
-        assert f"{sig(share * 100)}% of it" in bound and "step " in bound, bound
+        assert f"{sig(share * 100)}% of it" in bound, bound
+        assert "(forward+backward " in bound and "-bound, optimizer memory-bound)" in bound, bound
     chart = tmp_path / "out" / "sd3_mmdit_train-roofline.png"
     assert chart.exists() and chart.stat().st_size > 10_000
     assert "sd3_mmdit_train-roofline.png" in page

@@ -240,13 +240,25 @@ def show(args) -> int:
             record = store.get(args.run_id)
     if record is None:
         raise error(f"no run '{args.run_id}' in the results store", None, hint="`benchc runs` lists them")
-    print(json.dumps(record.to_dict(), indent=2, sort_keys=True))
+    print(json.dumps(_with_tier(record), indent=2, sort_keys=True))
     return EXIT_OK
+
+
+def _tier(record) -> str | None:
+    """The optimisation tier a run's metrics record (None where they predate tiers: never guessed)."""
+    tier = record.metrics.get("optimize") if isinstance(record.metrics, dict) else None
+    return tier if tier in ("plain", "tuned") else None
+
+
+def _with_tier(record) -> dict:
+    """The record as show and export write it, with its tier beside the metrics."""
+    return {**record.to_dict(), "optimize": _tier(record)}
 
 
 CSV_COLUMNS = ("id", "experiment", "target", "point", "smoke", "trial", "status", "cause",
                "throughput", "unit", "per_device", "step_median_s", "step_p90_s",
-               "peak_memory_bytes", "mfu", "world_size", "started_at", "ended_at", "spec_sha256")  # fmt: skip
+               "peak_memory_bytes", "mfu", "world_size", "started_at", "ended_at", "spec_sha256",
+               "optimize")  # fmt: skip
 
 
 def export(args) -> int:
@@ -261,7 +273,7 @@ def export(args) -> int:
         with store:
             records = store.runs(args.experiment)
     if args.format == "json":
-        text = json.dumps([r.to_dict() for r in records], indent=2, sort_keys=True) + "\n"
+        text = json.dumps([_with_tier(r) for r in records], indent=2, sort_keys=True) + "\n"
     else:
         buffer = io.StringIO()
         writer = csv.writer(buffer)
@@ -273,7 +285,8 @@ def export(args) -> int:
                              r.cause or "", t.get("job", ""), t.get("unit", ""), t.get("per_device", ""),
                              s.get("median", ""), s.get("p90", ""), m.get("peak_memory_bytes", ""),
                              (m.get("flops") or {}).get("mfu", ""), m.get("world_size", ""),
-                             r.started_at, r.ended_at or "", r.spec_sha256 or ""])  # fmt: skip
+                             r.started_at, r.ended_at or "", r.spec_sha256 or "",
+                             _tier(r) or ""])  # fmt: skip
         text = buffer.getvalue()
     if args.output:
         try:

@@ -57,6 +57,8 @@ class Row:
     ratio: float | None = None  # to the baseline target at this point: > 1 is better
     roofline: dict | None = None  # the build's roofline (plan/roofline.py record); None: not kept
     runtime: str = "torch"  # what drove the program: torch, or accelerate
+    optimize: str | None = None  # the optimisation tier: tuned or plain (None: not recorded)
+    optimize_detail: dict | None = None  # knob -> value the tier set, as the program saw it
 
 
 @frozen
@@ -132,7 +134,23 @@ def _row(trials: list[RunRecord], metric: Metric) -> Row | None:
                                              for m in metrics]),
         references=(), run_ids=tuple(t.id for t in ok),
         runtime=str(metrics[-1].get("runtime") or "torch"),  # programs before runtimes: torch
+        optimize=_tier(metrics[-1]), optimize_detail=_knobs(metrics[-1]),
     )  # fmt: skip
+
+
+def _tier(metrics: dict) -> str | None:
+    """The tier the latest trial ran under; None where its program predates tiers (never a
+    guess: the report shows "-")."""
+    tier = metrics.get("optimize")
+    return tier if tier in ("plain", "tuned") else None
+
+
+def _knobs(metrics: dict) -> dict | None:
+    """The knobs the tier set (name -> value, both strings: the metrics are not trusted)."""
+    detail = metrics.get("optimize_detail")
+    if not isinstance(detail, dict):
+        return None
+    return {str(k): v for k, v in detail.items() if isinstance(v, str)}
 
 
 def _applying(plan: dict) -> set[str]:

@@ -120,6 +120,10 @@ def splits(section: Section) -> list[Split | tuple[Row, Row, float | None, str]]
         if ratio is None:
             found.append((row, base, None, "a headline of zero"))
             continue
+        unequal = unequal_tiers(row, base)
+        if unequal:  # the software differed by design: the ratio is not the hardware's to split
+            found.append((row, base, ratio, unequal))
+            continue
         generation = section.metric.name in GENERATION_METRICS or row.ttft_s is not None
         if generation:
             split = _bandwidth_split(row, base, ratio, section)
@@ -156,38 +160,98 @@ def _split_line(s: Split) -> str:
     return text
 
 
+def unequal_tiers(row: Row, base: Row) -> str | None:
+    """Why two rows at one point did not get equal treatment: each ran a different optimisation
+    tier (None where both ran the same one, or either did not record its tier)."""
+    if row.optimize and base.optimize and row.optimize != base.optimize:
+        return f"{row.target} ran {row.optimize}, {base.target} {base.optimize}: not equal treatment"
+    return None
+
+
+def _unrecorded_tier(row: Row, base: Row) -> str:
+    """A note where one of the two recorded its tier and the other did not (never a guess)."""
+    missing = [r.target for r in (row, base) if r.optimize is None]
+    if len(missing) != 1:
+        return ""
+    return f"; the tier of {missing[0]} is not recorded (an older program): equal treatment is not known"
+
+
 def split_lines(section: Section) -> list[str]:
     """One plain-text line per pair of targets at a point (escaped by the renderer)."""
     lines = []
     for item in splits(section):
         if isinstance(item, Split):
-            lines.append(_split_line(item))
+            lines.append(_split_line(item) + _unrecorded_tier(item.row, item.base))
             continue
         row, base, ratio, why = item
-        lines.append(f"{row.target} at {row.point}: {sig(ratio)}x {base.target}, not split: {why}")
+        text = f"{row.target} at {row.point}: {sig(ratio)}x {base.target}, not split: {why}"
+        lines.append(text + _unrecorded_tier(row, base))
     return lines
 
 
 # ------------------------------------------------------------------ runtimes
 
 
-def runtime_lines(section: Section) -> list[str]:
-    """The same target and point under each runtime, side by side: accelerate over torch."""
+def _side_by_side(section: Section, setting: str, value_of, first: str, second: str):
+    """(target, where, row under `first`, row under `second`) for each target and point that
+    ran under both values of `setting`, the rest of the point the same. Rows whose value is
+    not recorded (None) are left out, never guessed."""
     groups: dict[tuple, dict[str, Row]] = {}
     for row in section.rows:
-        values = tuple(sorted((k, str(v)) for k, v in row.point_values.items() if k != "runtime"))
-        groups.setdefault((row.target, values), {})[row.runtime] = row
-    lines = []
-    for (target, values), by_runtime in groups.items():
-        torch_row, other = by_runtime.get("torch"), by_runtime.get("accelerate")
-        if torch_row is None or other is None:
+        value = value_of(row)
+        if value is None:
             continue
+        rest = tuple(sorted((k, str(v)) for k, v in row.point_values.items() if k != setting))
+        groups.setdefault((row.target, rest), {})[value] = row
+    for (target, rest), by_value in groups.items():
+        if first in by_value and second in by_value:
+            where = ", ".join(f"{k}={v}" for k, v in rest) or "the same point"
+            yield target, where, by_value[first], by_value[second]
+
+
+def runtime_lines(section: Section) -> list[str]:
+    """The same target and point under each runtime, side by side: accelerate over torch."""
+    lines = []
+    for target, where, other, torch_row in _side_by_side(
+        section, "runtime", lambda row: row.runtime, "accelerate", "torch"
+    ):
         ratio = _pair_ratio(other, torch_row, section)
-        where = ", ".join(f"{k}={v}" for k, v in values) or "the same point"
         lines.append(
             f"{target} at {where}: accelerate {sig(ratio)}x torch ({section.metric.label} "
             f"{sig(other.headline.median)} vs {sig(torch_row.headline.median)} {other.headline_unit}; "
             f"step p50 {sig(other.step_p50 * 1e3)} vs {sig(torch_row.step_p50 * 1e3)} ms)"
+        )
+    return lines
+
+
+# ------------------------------------------------------------------ optimisation tiers
+
+OFF = ("off", "none", "false", "")  # a knob value that turns nothing on
+
+
+def _turned_on(tuned: Row, plain: Row) -> str:
+    """The knobs the tuned run set that the plain one did not, as name=value."""
+    if not tuned.optimize_detail:
+        return "its knobs are not recorded"
+    before = plain.optimize_detail or {}
+    on = [f"{k}={v}" for k, v in tuned.optimize_detail.items()
+          if v.strip().lower() not in OFF and before.get(k) != v]  # fmt: skip
+    return ", ".join(on) if on else "no knob on beyond plain's"
+
+
+def tier_lines(section: Section) -> list[str]:
+    """The same target and point under each optimisation tier, side by side: tuned over plain
+    in the headline's direction (>1: tuned is faster), with the knobs tuned turned on. Rows
+    whose metrics record no tier are left out, never guessed."""
+    lines = []
+    for target, where, tuned, plain in _side_by_side(
+        section, "optimize", lambda row: row.optimize, "tuned", "plain"
+    ):
+        ratio = _pair_ratio(tuned, plain, section)
+        lines.append(
+            f"{target} at {where}: tuned {sig(ratio)}x plain ({_turned_on(tuned, plain)}; "
+            f"{section.metric.label} {sig(tuned.headline.median)} vs {sig(plain.headline.median)} "
+            f"{tuned.headline_unit})"
         )
     return lines
 

@@ -35,8 +35,9 @@ def draw(section: Section):
     figure, axes = plt.subplots(figsize=(max(6.0, 1.6 * len(points) * max(1, len(targets)) / 2), 4.2),
                                 dpi=100)  # fmt: skip
     labelled_reference = False
+    mixed = {p for p in points if len({r.optimize for r in section.rows if r.point == p and r.optimize}) > 1}
     for index, target in enumerate(targets):
-        xs, heights, errors, refs = [], [], [[], []], []
+        xs, heights, errors, refs, tiers = [], [], [[], []], [], []
         for p, point in enumerate(points):
             row = by_key.get((point, target))
             if row is None:
@@ -45,12 +46,13 @@ def draw(section: Section):
             s = row.headline
             xs.append(x)
             heights.append(s.median)
+            tiers.append(f"\n({row.optimize or '-'})" if point in mixed else "")  # unequal tiers: say which
             errors[0].append(max(s.median - s.ci_low, 0.0) if s.ci_low is not None else 0.0)
             errors[1].append(max(s.ci_high - s.median, 0.0) if s.ci_high is not None else 0.0)
             refs += [(x, r.value) for r in row.references if not r.per_device]
         spread = errors if any(errors[0] + errors[1]) else None  # no caps for single trials
         bars = axes.bar(xs, heights, width * 0.95, yerr=spread, capsize=3 if spread else 0, label=target)
-        axes.bar_label(bars, labels=[sig(h) for h in heights], fontsize=8, padding=2)
+        axes.bar_label(bars, labels=[sig(h) + t for h, t in zip(heights, tiers)], fontsize=8, padding=2)
         for x, value in refs:  # a dashed line across the bar: no marker sits on the label
             label = None if labelled_reference else "published (reference)"
             labelled_reference = True

@@ -8,7 +8,7 @@ from __future__ import annotations
 import html
 
 from .collect import Row, Section
-from .explain import bound_lines, cost_lines, runtime_lines, split_lines
+from .explain import bound_lines, cost_lines, runtime_lines, split_lines, tier_lines
 from .headline import sig
 from .prices import Prices
 
@@ -49,7 +49,7 @@ def table(section: Section) -> tuple[list[str], list[list[str]]]:
     latency_headline = m.section is not None
     runtimes = any(r.runtime != "torch" for r in section.rows)
     header = ["point", "target", *(["runtime"] if runtimes else []), headline_header(section),
-              f"vs {base} (>1 = better)" if base else "ratio"]  # fmt: skip
+              f"vs {base} (>1 = better)" if base else "ratio", "tier"]  # fmt: skip
     unit = section.rows[0].unit if section.rows else ""
     if latency_headline:
         header.append(f"throughput ({unit})")
@@ -64,7 +64,7 @@ def table(section: Section) -> tuple[list[str], list[list[str]]]:
     rows = []
     for row in section.rows:
         cells = [row.point, row.target, *([row.runtime] if runtimes else []), _summary(row.headline),
-                 f"{sig(row.ratio)}x" if row.ratio is not None else "-"]  # fmt: skip
+                 f"{sig(row.ratio)}x" if row.ratio is not None else "-", row.optimize or "-"]  # fmt: skip
         if latency_headline:
             cells.append(_summary(row.throughput))
         cells += [sig(row.per_device), sig(row.step_p50 * 1e3), sig(row.step_p90 * 1e3)]
@@ -95,6 +95,8 @@ NOTES = (
     "coefficient of variation above 5%. Ratios compare targets at the same sweep point and read "
     "as 'x better' (for a lower-is-better metric, the baseline's value over this one). MFU is "
     "model FLOP/s per device over the target's dense peak; '-' where the peak is unknown. "
+    "The tier is the optimisation tier each run had (optimize = tuned or plain; '-' where its "
+    "metrics predate tiers): a ratio between rows of different tiers is not the hardware's alone. "
     "References are published figures from the spec, not measurements. Numbers have 3 "
     "significant figures."
 )
@@ -117,6 +119,9 @@ def explanations(section: Section, prices) -> list[tuple[str, list[str]]]:
     runtimes = runtime_lines(section)
     if runtimes:
         found.append(("The same point under each runtime (>1: accelerate is better)", runtimes))
+    tiers = tier_lines(section)
+    if tiers:
+        found.append(("The same point under each tier (>1: tuned is faster)", tiers))
     found.append(("Against the roofline (benchc estimate: the least time compute, memory and "
                   "interconnect allow)", bound_lines(section)))  # fmt: skip
     found.append(("Cost per unit of work", cost_lines(section, prices or spec_prices(section))))
