@@ -1,85 +1,239 @@
 #!/usr/bin/env bash
-# One-shot check of the CUDA programs on ONE GPU, in under 10 minutes in all (the device
-# tool lends about 15). From the repository root on a machine with a CUDA GPU:
+# The check of the CUDA programs on ONE GPU, in parts; each part fits one call of at most
+# 8 minutes (480 s) on one GPU, program startup and compilation included. From the
+# repository root on a machine with a CUDA GPU:
 #
-#   bash benchmarks/gpu_check.sh             # TARGET=h200 by default; writes gpu-out/
-#   bash benchmarks/gpu_check.sh --dry-run   # no GPU: compile every program it would run
+#   bash benchmarks/gpu_check.sh training             # TARGET=h200 by default; OUT=gpu-out/training
+#   bash benchmarks/gpu_check.sh inference
+#   bash benchmarks/gpu_check.sh training --dry-run   # no GPU: compile every program of the part,
+#                                                     # bash -n each launcher, the hand-written
+#                                                     # loop on the CPU (smoke); run in CI
 #
-# It runs, each on one GPU with a time limit:
-#   S1  SD3 MMDiT d24 training at full size: bf16, batch 16, 256x256, flash attention
-#   S3  the SD3 8B pipeline at full size (1024x1024, 30 steps, guidance): 2 images timed
-#   S4  Llama-2-70B-width training with 2 layers (fp16, batch 2 x accumulation 2, seq 2048)
-#   S5  Llama-2-70B-width generation with 2 layers: 128 -> 2048 tokens, static cache, graphs
-# and writes OUT/summary.md: status, step time, throughput, MFU and peak memory of each.
+# training: S1 (SD3 MMDiT d24, bf16, 256x256, one GPU, 10 warmup + 40 measured steps)
+#   s1_b16_tuned  batch 16, optimize = tuned (regional compile, fused qkv, SDPA priority,
+#                 fused AdamW); runs first, with a cold compile cache, so its compile_s is cold
+#   s1_b16_plain  batch 16, optimize = plain (eager, default SDPA, torch's default AdamW)
+#   hand_b16      benchmarks/handwritten_train.py, the project's own hand-written tuned loop,
+#                 same model and shape (it may reuse the first run's compile cache)
+#   s1_b32_tuned  batch 32, optimize = tuned
+#   s4            optional, only in time left: S4 as before (Llama-2-70B width, 2 layers, fp16,
+#                 batch 2 x accumulation 2, sequence 2048)
+# inference:
+#   s5            Llama-2-70B width, 2 layers, 128 -> 2048 tokens, static cache, CUDA graphs
+#   s3            the SD3 8B pipeline at full size (1024x1024, 30 steps, guidance): 2 images timed
+#
+# Budget arithmetic (seconds of one call; each run under `timeout LIMIT`, then SIGKILL
+# KILL_AFTER = 10 s later if it is still there):
+#   fixed, every part: CUDA check (import torch) + nvidia-smi ~8, compiling the programs and
+#     `benchc estimate` of each ~5, the summary after every event ~2: FIXED = 15
+#   training:  15 + (150 + 10) + (60 + 10) + (120 + 10) + (90 + 10) = 475 <= 480
+#     s1_b16_tuned 150 = startup <= 20 + compile <= 90 (the targets) + 50 steps x ~0.05 + exit,
+#     with 35 to spare; s1_b16_plain 60 = startup ~11 + 50 eager steps x ~0.18 + first-step
+#     costs; hand_b16 120 (compile partly cached); s1_b32_tuned 90 (its last place: the part
+#     loses the least if it is cut); s4 (120, at least 90) runs only if the others left time.
+#   inference: 15 + (180 + 10) + (250 + 10) = 465 <= 480
+#     s5 180 (it took warmup 37 + 3 generate calls x 24 on 2026-12-04, under 150); s3 250.
+# And a hard stop whatever the runs do: no run's time limit reaches past PART_BUDGET = 470 s
+# after the part started (the limit shrinks to what is left; under 30 s left, or a run's own
+# least, it is skipped and reported), leaving 10 s for the last summary.
+#
+# OUT/summary.md and OUT/summary.json (benchmarks/gpu_summary.py) are rewritten after every
+# event: status, step median, p90/p10, throughput, MFU, fraction of the roofline bound,
+# startup and compile seconds, peak memory, and the ratios tuned/plain (speedup: plain step /
+# tuned step) and generated/hand-written (step / step), each with its target. A part cut
+# short still reports what finished. Usage errors print the usage and exit 2.
 set -euo pipefail
-DRY_RUN=0
-if [ "${1:-}" = "--dry-run" ]; then
-  DRY_RUN=1
-elif [ -n "${1:-}" ]; then
-  echo "usage: bash benchmarks/gpu_check.sh [--dry-run]" >&2
+
+usage() {
+  echo "usage: bash benchmarks/gpu_check.sh training|inference [--dry-run]" >&2
   exit 2
-fi
-OUT="${OUT:-gpu-out}"
+}
+PART=""
+DRY_RUN=0
+for arg in "$@"; do
+  case "$arg" in
+    training | inference) [ -z "$PART" ] || usage; PART=$arg ;;
+    --dry-run) DRY_RUN=1 ;;
+    -h | --help) echo "usage: bash benchmarks/gpu_check.sh training|inference [--dry-run]"; exit 0 ;;
+    *) usage ;;
+  esac
+done
+[ -n "$PART" ] || usage
+
+CALL_S=480
+PART_BUDGET=470
+KILL_AFTER=10
+FIXED_S=15
+MIN_RUN_S=30
+HERE="$(cd "$(dirname "$0")" && pwd)"
+REPO="$(dirname "$HERE")"
+OUT="${OUT:-gpu-out/$PART}"
 TARGET="${TARGET:-h200}"
 PYTHON="${PYTHON:-python3}"
 BENCHC=("$PYTHON" -m benchc)
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
+cd "$REPO"
+EVENTS="$OUT/events.tsv"
 ONE_GPU=(--set cluster.nodes=1 --set cluster.devices_per_node=1 --set parallel.data=1)
+S1_STEPS=(--set train.steps=50 --set train.warmup=10)
+TUNED=(--set optimize=tuned)
+PLAIN=(--set optimize=plain)
+COMPILE_FAILED=0
+SECONDS=0
 
+# One line of OUT/events.tsv (fields joined by tabs), read by gpu_summary.py.
+event() {
+  local IFS=$'\t'
+  printf '%s\n' "$*" >>"$EVENTS"
+}
+
+summarize() {
+  "$PYTHON" "$HERE/gpu_summary.py" write "$OUT" "$@" || echo "(the summary failed; events are in $EVENTS)" >&2
+}
+
+# Plan a run: name, time limit, least time worth starting it with, required|optional, what.
+# A metrics file or log of an earlier check under the same name is removed now.
+declare -A LIMIT LEAST
+plan() {
+  LIMIT[$1]=$2
+  LEAST[$1]=$3
+  rm -f "$OUT/$1.json" "$OUT/$1.log" "$OUT/$1.estimate.json"
+  event plan "$1" "$2" "$3" "$4" "$5"
+}
+
+# Compile a program for one GPU: name, spec, experiment, then settings. Writes the roofline
+# estimate of the same settings to OUT/NAME.estimate.json, finds the one point compiled (its
+# folder is named by the settings: default, optimize-plain, ...) and checks its launcher parses.
+declare -A LAUNCHER
+compile_program() {
+  local name=$1 spec=$2 experiment=$3 launchers=()
+  shift 3
+  if "${BENCHC[@]}" compile "$spec" --target "$TARGET" -o "$OUT/build/$name" "${ONE_GPU[@]}" "$@" >/dev/null \
+    && "${BENCHC[@]}" estimate "$spec" --target "$TARGET" --json "${ONE_GPU[@]}" "$@" >"$OUT/$name.estimate.json"; then
+    launchers=("$OUT/build/$name/$experiment/$TARGET"/*/launch.sh)
+  fi
+  if [ "${#launchers[@]}" -eq 1 ] && [ -f "${launchers[0]}" ] && bash -n "${launchers[0]}"; then
+    LAUNCHER[$name]=${launchers[0]}
+  else
+    echo "$name: compile, estimate or launcher check failed (one point expected)" >&2
+    event skip "$name" "its program did not compile"
+    COMPILE_FAILED=1
+  fi
+}
+
+# Run one planned command under its limit: name, --, command. The limit shrinks to what is
+# left of PART_BUDGET; a run that cannot get its least (or MIN_RUN_S) is skipped.
+timed_run() {
+  local name=$1 limit=${LIMIT[$1]} least=${LEAST[$1]}
+  shift 2
+  if grep -q "^skip	$name	" "$EVENTS"; then
+    return 0
+  fi
+  if [ "$DRY_RUN" -eq 1 ]; then
+    echo "$name (up to $limit s): $(printf '%q ' "$@")"
+    return 0
+  fi
+  local left=$((PART_BUDGET - SECONDS - KILL_AFTER))
+  if [ "$left" -lt "$limit" ]; then
+    limit=$left
+  fi
+  if [ "$limit" -lt "$least" ] || [ "$limit" -lt "$MIN_RUN_S" ]; then
+    event skip "$name" "only $left s left of the part's $PART_BUDGET s, it needs $least"
+    summarize
+    return 0
+  fi
+  rm -f "$OUT/$name.json"
+  event start "$name" "$limit"
+  summarize
+  echo "== $name (up to $limit s)"
+  local begin=$SECONDS rc=0
+  timeout --signal=TERM --kill-after="$KILL_AFTER" "$limit" env PYTHON="$PYTHON" \
+    TORCHINDUCTOR_CACHE_DIR="$OUT/cache/inductor" TRITON_CACHE_DIR="$OUT/cache/triton" \
+    "$@" >"$OUT/$name.log" 2>&1 || rc=$?
+  event end "$name" "$rc" "$((SECONDS - begin))"
+  summarize
+  if [ "$rc" -ne 0 ]; then
+    echo "$name ended with status $rc (see $OUT/$name.log)"
+  fi
+}
+
+# A generated program's launcher under timed_run: name. A dry run also prints the command
+# the launcher would start.
+run_program() {
+  local launch=${LAUNCHER[$1]:-}
+  timed_run "$1" -- bash "$launch" --metrics "$OUT/$1.json"
+  if [ "$DRY_RUN" -eq 1 ] && [ -n "$launch" ]; then
+    echo "  starts: $(BENCHC_DRY_RUN=1 PYTHON="$PYTHON" bash "$launch" --metrics "$OUT/$1.json")"
+  fi
+}
+
+rm -rf "$OUT/build" "$OUT/cache" "$EVENTS" "$OUT/summary.md" "$OUT/summary.json" "$OUT/gpu.csv"
+MODE=gpu
+if [ "$DRY_RUN" -eq 1 ]; then
+  MODE=dry-run
+fi
+event part "$PART" "$TARGET" "$MODE" "$PART_BUDGET" "$CALL_S" "$KILL_AFTER" "$FIXED_S"
 if [ "$DRY_RUN" -eq 0 ]; then
-  "$PYTHON" -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'"
+  if ! "$PYTHON" -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'"; then
+    echo "gpu_check: $PYTHON's torch finds no CUDA device (use --dry-run without a GPU)" >&2
+    exit 1
+  fi
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >"$OUT/gpu.csv" || true
 fi
 
-# name, spec, experiment, seconds allowed, then the spec's settings for one GPU
-run_check() {
-  local name=$1 spec=$2 experiment=$3 seconds=$4
-  shift 4
-  "${BENCHC[@]}" compile "$spec" --target "$TARGET" -o "$OUT/build/$name" "${ONE_GPU[@]}" "$@" >/dev/null
-  local point="$OUT/build/$name/$experiment/$TARGET/default"
-  bash -n "$point/launch.sh"
-  if [ "$DRY_RUN" -eq 1 ]; then
-    echo "$name: $(BENCHC_DRY_RUN=1 PYTHON="$PYTHON" bash "$point/launch.sh" --metrics "$OUT/$name.json")"
-    return 0
+if [ "$PART" = training ]; then
+  plan s1_b16_tuned 150 100 required "S1 batch 16, tuned"
+  plan s1_b16_plain 60 45 required "S1 batch 16, plain"
+  plan hand_b16 120 60 required "hand-written tuned loop, batch 16"
+  plan s1_b32_tuned 90 60 required "S1 batch 32, tuned"
+  plan s4 120 90 optional "S4, 2 layers of 70B width, fp16"
+  event ratio "tuned/plain" s1_b16_plain s1_b16_tuned ">=" 1.8 "speedup of tuned: plain step median / tuned step median"
+  event ratio "generated/hand-written" s1_b16_tuned hand_b16 "<=" 1.02 "generated tuned step median / hand-written step median"
+  event check s1_b16_tuned mfu ">=" 0.35
+  event check s1_b16_tuned p90_p10 "<=" 1.05
+  event check s1_b16_tuned startup_s "<=" 20
+  event check s1_b16_tuned compile_s "<=" 90
+  event check hand_b16 p90_p10 "<=" 1.05
+
+  compile_program s1_b16_tuned specs/sd3.bench sd3_mmdit_train --set train.batch=16 "${S1_STEPS[@]}" "${TUNED[@]}"
+  compile_program s1_b16_plain specs/sd3.bench sd3_mmdit_train --set train.batch=16 "${S1_STEPS[@]}" "${PLAIN[@]}"
+  compile_program s1_b32_tuned specs/sd3.bench sd3_mmdit_train --set train.batch=32 "${S1_STEPS[@]}" "${TUNED[@]}"
+  compile_program s4 specs/beluga-train.bench beluga_70b_train --set model.llama.layers=2 \
+    --set train.global_batch=4 --set parallel.sharding=none --set train.steps=8 --set train.warmup=3
+  # The hand-written loop runs S1's model and shape: the same estimate (roofline, peak).
+  if [ -f "$OUT/s1_b16_tuned.estimate.json" ]; then
+    cp "$OUT/s1_b16_tuned.estimate.json" "$OUT/hand_b16.estimate.json"
   fi
-  echo "== $name (up to $seconds s)"
-  timeout --signal=TERM --kill-after=20 "$seconds" env PYTHON="$PYTHON" \
-    bash "$point/launch.sh" --metrics "$OUT/$name.json" >"$OUT/$name.log" 2>&1 \
-    || echo "$name ended with status $? (see $OUT/$name.log)"
-}
+  PEAK="$("$PYTHON" "$HERE/gpu_summary.py" peak "$OUT/hand_b16.estimate.json" 2>/dev/null || echo 989e12)"
+  HAND=("$PYTHON" "$HERE/handwritten_train.py" --batch 16 --latent-size 32 --warmup 10 --steps 40
+    --peak-flops "$PEAK" --metrics "$OUT/hand_b16.json")
+  summarize
 
-run_check s1 specs/sd3.bench sd3_mmdit_train 150 --set train.batch=16 --set train.steps=30
-run_check s3 specs/sd3-infer.bench sd3_large_infer 150 --set infer.steps=3 --set infer.warmup=1
-run_check s4 specs/beluga-train.bench beluga_70b_train 120 --set model.llama.layers=2 \
-  --set train.global_batch=4 --set parallel.sharding=none --set train.steps=8 --set train.warmup=3
-run_check s5 specs/beluga-infer.bench beluga_70b_infer 150 --set model.llama.layers=2 \
-  --set parallel.tensor=1
-
-if [ "$DRY_RUN" -eq 1 ]; then
-  echo "dry run: 4 programs compiled for $TARGET under $OUT/build"
-  exit 0
+  run_program s1_b16_tuned
+  run_program s1_b16_plain
+  timed_run hand_b16 -- "${HAND[@]}"
+  run_program s1_b32_tuned
+  run_program s4
+  if [ "$DRY_RUN" -eq 1 ]; then  # the hand-written loop itself, tiny, on the CPU
+    "$PYTHON" "$HERE/handwritten_train.py" --device cpu --smoke --metrics "$OUT/hand_smoke.json" >/dev/null
+    echo "hand-written loop, cpu smoke: ok ($OUT/hand_smoke.json)"
+  fi
+else
+  plan s5 180 120 required "S5, 2 layers of 70B width, 128 -> 2048 tokens"
+  plan s3 250 150 required "S3, SD3 8B pipeline, 1024x1024, 30 steps"
+  compile_program s5 specs/beluga-infer.bench beluga_70b_infer --set model.llama.layers=2 --set parallel.tensor=1
+  compile_program s3 specs/sd3-infer.bench sd3_large_infer --set infer.steps=3 --set infer.warmup=1
+  summarize
+  run_program s5
+  run_program s3
 fi
-"$PYTHON" - "$OUT" <<'PY'
-import json, sys
-from pathlib import Path
 
-out = Path(sys.argv[1])
-rows = ["| workload | status | step median (s) | throughput | MFU | peak memory (GiB) |",
-        "|---|---|---|---|---|---|"]
-for name in ("s1", "s3", "s4", "s5"):
-    path = out / f"{name}.json"
-    if not path.exists():
-        rows.append(f"| {name} | no metrics (see {name}.log) | | | | |")
-        continue
-    m = json.loads(path.read_text())
-    if m["status"] != "ok":
-        rows.append(f"| {name} | {m['status']}: {(m.get('error') or {}).get('message', '')[:80]} | | | | |")
-        continue
-    mfu = m["flops"]["mfu"]
-    rows.append(f"| {name} | ok on {m['device_name']} | {m['step_time_s']['median']:.4g} | "
-                f"{m['throughput']['job']:.4g} {m['throughput']['unit']} | "
-                f"{'-' if mfu is None else f'{mfu:.1%}'} | {m['peak_memory_bytes'] / 2**30:.1f} |")
-(out / "summary.md").write_text("\n".join(rows) + "\n")
-print("\n".join(rows))
-PY
+summarize --print
+if [ "$DRY_RUN" -eq 1 ]; then
+  if [ "$COMPILE_FAILED" -ne 0 ]; then
+    echo "dry run: part $PART: a program did not compile" >&2
+    exit 1
+  fi
+  echo "dry run: part $PART, programs compiled for $TARGET under $OUT/build"
+fi
