@@ -138,7 +138,10 @@ def test_llama_inference_tokens_equal_transformers_greedy_generate(tmp_path):
     run = plan["infer"]
 
     torch.manual_seed(run["seed"])  # the program's order: weights first, then the prompt
-    model = LlamaForCausalLM(LlamaConfig(**plan["model"]["config"])).eval()
+    # transformers' own attention (SDPA) for the reference; the program runs grouped_sdpa
+    assert plan["model"]["config"]["attn_implementation"] == "benchc_grouped_sdpa"
+    config = {**plan["model"]["config"], "attn_implementation": "sdpa"}
+    model = LlamaForCausalLM(LlamaConfig(**config)).eval()
     prompt = torch.randint(0, plan["model"]["config"]["vocab_size"], (run["batch"], run["input_tokens"]))
     with torch.no_grad():
         reference = model.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt),

@@ -50,13 +50,16 @@ def survivors(build: Path) -> list[int]:
     return found
 
 
-@pytest.fixture(scope="module")
-def point(tmp_path_factory) -> Path:
+@pytest.fixture(scope="module", params=["tuned", "plain"])
+def point(tmp_path_factory, request) -> Path:
+    """The S1 smoke under each optimisation tier."""
     out = tmp_path_factory.mktemp("signals")
     result = run_cli("compile", "specs/sd3.bench", "--smoke", "--set", "train.batch=16",
-                     "--set", "train.steps=40", "-o", str(out), cwd=REPO)  # fmt: skip
+                     "--set", "train.steps=40", "--set", f"optimize={request.param}", "-o", str(out),
+                     cwd=REPO)  # fmt: skip
     assert result.code == 0, result.err
-    return out / "sd3_mmdit_train/cpu/default-smoke"
+    (found,) = (out / "sd3_mmdit_train/cpu").iterdir()
+    return found
 
 
 @pytest.mark.parametrize("sig, status, code", [(signal.SIGINT, "interrupted", 130),

@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 from codegen_helpers import in_repo, plan_literal, spec_files
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 from benchc.pipeline import plan_spec
 
@@ -241,3 +243,58 @@ def test_a_compiled_program_must_warm_up_before_it_measures():
         result = run_cli("check", "specs/sd3.bench", "--target", "h100", "--set", "train.warmup=0", *allowed,
                          cwd=REPO)  # fmt: skip
         assert result.code == 0, result.err
+
+
+class ShapeRecorder(TorchDispatchMode):
+    """Every tensor shape the operators below it produce."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shapes = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for tensor in tree_leaves(out):
+            if isinstance(tensor, torch.Tensor):
+                self.shapes.add(tuple(tensor.shape))
+        return out
+
+
+def test_generation_attends_to_grouped_heads_without_repeating_the_cache(tmp_path):
+    """S5's grouped-query attention (model_llama.py.j2's grouped_sdpa, registered through
+    transformers' attention interface): decoding with a static cache creates no tensor of the
+    query-head count over the whole cache length (transformers' SDPA path does: the check can
+    fail), and its tokens equal transformers' own greedy generate."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    point = compile_point(tmp_path, "beluga-infer.bench", "parallel.tensor=1", "infer.precision=fp32")
+    module = load_program(point / "bench.py")
+    model_plan, run = module.PLAN["model"], module.PLAN["infer"]
+    config = model_plan["config"]
+    heads, kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
+    assert kv_heads < heads and config["attn_implementation"] == "benchc_grouped_sdpa"
+    prompt = torch.randint(0, config["vocab_size"], (run["batch"], run["input_tokens"]))
+    cache = run["input_tokens"] + run["output_tokens"] - 1  # the last token is never attended from
+    head_dim = config["hidden_size"] // heads
+    repeated, cached = (run["batch"], heads, cache, head_dim), (run["batch"], kv_heads, cache, head_dim)
+
+    def generate(model):
+        recorder = ShapeRecorder()
+        with torch.no_grad(), recorder:
+            tokens = model.generate(
+                input_ids=prompt, attention_mask=torch.ones_like(prompt), do_sample=False, pad_token_id=0,
+                max_new_tokens=run["output_tokens"], min_new_tokens=run["output_tokens"],
+                cache_implementation="static",
+            )  # fmt: skip
+        return tokens, recorder.shapes
+
+    torch.manual_seed(0)
+    grouped = module.build_model(model_plan).eval()
+    torch.manual_seed(0)
+    reference = LlamaForCausalLM(LlamaConfig(**{**config, "attn_implementation": "sdpa"})).eval()
+    tokens, shapes = generate(grouped)
+    expected, reference_shapes = generate(reference)
+    assert cached in shapes and cached in reference_shapes  # the static cache: the length is right
+    assert repeated in reference_shapes  # transformers repeats the cache's K/V for every query head
+    assert repeated not in shapes
+    assert torch.equal(tokens, expected)

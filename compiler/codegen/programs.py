@@ -54,10 +54,28 @@ def _mmdit_model(model: MMDiTModel, work: TrainWorkload) -> dict:
     }
 
 
+# Generation on cpu and cuda: grouped-query attention without repeated key/value heads
+# (model_llama.py.j2's grouped_sdpa, registered with transformers' attention interface).
+GROUPED_SDPA = "benchc_grouped_sdpa"
+
+
+def grouped_attention(work, family: str) -> bool:
+    return work.kind == "infer" and family != "hpu" and work.attention != "eager"
+
+
+def grouped_llama(plan: Plan) -> bool:
+    return plan.model.kind == "llama" and grouped_attention(plan.workload, plan.target.family)
+
+
+def _llama_attention(work, family: str) -> str:
+    """transformers' attention implementation: Gaudi's Llama runs its own attention (FusedSDPA
+    via forward options); elsewhere the spec's kernel picks it, and the adapter narrows SDPA."""
+    if family == "hpu" or work.attention == "eager":
+        return "eager"
+    return GROUPED_SDPA if grouped_attention(work, family) else "sdpa"
+
+
 def _llama_model(model: LlamaModel, work, family: str) -> dict:
-    # Gaudi's Llama runs its own attention (FusedSDPA via forward options); elsewhere the
-    # spec's kernel picks transformers' implementation, and the adapter narrows SDPA.
-    eager = family == "hpu" or work.attention == "eager"
     return {
         "kind": model.kind,
         "weights": model.weights,
@@ -71,7 +89,7 @@ def _llama_model(model: LlamaModel, work, family: str) -> dict:
             "intermediate_size": model.intermediate,
             "vocab_size": model.vocab,
             "max_position_embeddings": model.max_positions,
-            "attn_implementation": "eager" if eager else "sdpa",
+            "attn_implementation": _llama_attention(work, family),
         },
     }
 
@@ -188,7 +206,12 @@ def uses_deepspeed(plan: Plan) -> bool:
 
 
 def import_lines(
-    family: str, kind: str, workload: str, deepspeed: bool = False, runtime: str = "torch"
+    family: str,
+    kind: str,
+    workload: str,
+    deepspeed: bool = False,
+    runtime: str = "torch",
+    grouped: bool = False,
 ) -> list[str]:
     """The third-party imports of a program, sorted and laid out as ruff (isort) wants them."""
     plain = {"import torch", "import torch.distributed as dist"}
@@ -222,6 +245,9 @@ def import_lines(
         need("transformers", "LlamaConfig", "LlamaForCausalLM")
         if family == "cuda" and workload == "infer":
             need("transformers", "CompileConfig")
+        if grouped:  # model_llama.py.j2's grouped_sdpa
+            need("transformers", "AttentionInterface")
+            need("transformers.masking_utils", "AttentionMaskInterface", "sdpa_mask")
         if family == "hpu":
             need("optimum.habana.transformers.modeling_utils", "adapt_transformers_to_gaudi")
     if kind != "sd3":  # core_meta.py.j2
@@ -299,9 +325,12 @@ def render_program(plan: Plan, env: jinja2.Environment | None = None) -> str:
         "target": plan.target.name,  # a name from the target table, not from the spec
         "kind": kind,
         "workload": plan.workload.kind,
-        "imports": import_lines(family, kind, plan.workload.kind, uses_deepspeed(plan), plan.runtime),
+        "imports": import_lines(
+            family, kind, workload, uses_deepspeed(plan), plan.runtime, grouped_llama(plan)
+        ),
         "deepspeed": uses_deepspeed(plan),
         "model_core": f"model_{kind}.py.j2",
+        "grouped_attention": grouped_llama(plan),
         "core": "core_train.py.j2" if workload == "train" else ENTRIES[kind][0],
         "runtime": plan.runtime,
         "entry": "train" if workload == "train" else ENTRIES[kind][1],
