@@ -9,7 +9,7 @@
 #                                                     # bash -n each launcher, the hand-written
 #                                                     # loop on the CPU (smoke); run in CI
 #
-# training: S1 (SD3 MMDiT d24, bf16, 256x256, one GPU, 10 warmup + 40 measured steps)
+# training: S1 (SD3 MMDiT d24, bf16, 256x256, one GPU, 10 warmup + 50 measured steps)
 #   s1_b16_tuned  batch 16, optimize = tuned (regional compile, fused qkv, SDPA priority,
 #                 fused AdamW); runs first, with a cold compile cache, so its compile_s is cold
 #   s1_b16_plain  batch 16, optimize = plain (eager, default SDPA, torch's default AdamW)
@@ -27,8 +27,8 @@
 #   fixed, every part: CUDA check (import torch) + nvidia-smi ~8, compiling the programs and
 #     `benchc estimate` of each ~5, the summary after every event ~2: FIXED = 15
 #   training:  15 + (150 + 10) + (60 + 10) + (120 + 10) + (90 + 10) = 475 <= 480
-#     s1_b16_tuned 150 = startup <= 20 + compile <= 90 (the targets) + 50 steps x ~0.05 + exit,
-#     with 35 to spare; s1_b16_plain 60 = startup ~11 + 50 eager steps x ~0.18 + first-step
+#     s1_b16_tuned 150 = startup <= 20 + compile <= 90 (the targets) + 60 steps x ~0.05 + exit,
+#     with 35 to spare; s1_b16_plain 60 = startup ~11 + 60 eager steps x ~0.18 + first-step
 #     costs; hand_b16 120 (compile partly cached); s1_b32_tuned 90 (its last place: the part
 #     loses the least if it is cut); s4 (120, at least 90) runs only if the others left time.
 #   inference: 15 + (180 + 10) + (250 + 10) = 465 <= 480
@@ -76,7 +76,7 @@ OUT="$(cd "$OUT" && pwd)"
 cd "$REPO"
 EVENTS="$OUT/events.tsv"
 ONE_GPU=(--set cluster.nodes=1 --set cluster.devices_per_node=1 --set parallel.data=1)
-S1_STEPS=(--set train.steps=50 --set train.warmup=10)
+S1_STEPS=(--set train.steps=60 --set train.warmup=10)
 TUNED=(--set optimize=tuned)
 PLAIN=(--set optimize=plain)
 COMPILE_FAILED=0
@@ -206,7 +206,7 @@ if [ "$PART" = training ]; then
     cp "$OUT/s1_b16_tuned.estimate.json" "$OUT/hand_b16.estimate.json"
   fi
   PEAK="$("$PYTHON" "$HERE/gpu_summary.py" peak "$OUT/hand_b16.estimate.json" 2>/dev/null || echo 989e12)"
-  HAND=("$PYTHON" "$HERE/handwritten_train.py" --batch 16 --latent-size 32 --warmup 10 --steps 40
+  HAND=("$PYTHON" "$HERE/handwritten_train.py" --batch 16 --latent-size 32 --warmup 10 --steps 50
     --peak-flops "$PEAK" --metrics "$OUT/hand_b16.json")
   summarize
 

@@ -1,8 +1,10 @@
 """Live progress of a run: step n of N, current throughput, elapsed time.
 
 On a terminal, a rich progress bar; elsewhere (CI, a pipe), one plain line per step.
-The program prints `step N/TOTAL loss L time Ts`; the throughput shown is the samples of one
-step over that step's time.
+The program prints `step N/TOTAL loss L time Ts` in warmup and, at most once a second in the
+measured window, `step N/TOTAL time Ts` with the host's mean step time since its last line (it
+reads nothing from the device there); the throughput shown is the samples of one step over
+that time.
 """
 
 from __future__ import annotations

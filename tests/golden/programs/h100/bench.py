@@ -812,7 +812,7 @@ def train(metrics: dict, started: float) -> None:
     # The measured window: nothing in it waits for the device (MeasuredWindow).
     set_phase(metrics, "measuring")
     window = MeasuredWindow(device, run["steps"] - run["warmup"], PLAN["smoke"])
-    shown = time.perf_counter()
+    shown, shown_index = time.perf_counter(), run["warmup"]
     with window:
         index = run["warmup"]
         while window.more():
@@ -821,10 +821,10 @@ def train(metrics: dict, started: float) -> None:
             index += 1
             now = time.perf_counter()
             if rank == 0 and (now - shown >= 1.0 or not window.more()):
-                # host time since the last line: progress, not the measurement
-                line = f"step {index}/{run['steps']} time {now - shown:.3f}s"
-                print(line, flush=True)
-                shown = now
+                # the host's mean step time since the last line: progress, not the measurement
+                mean = (now - shown) / (index - shown_index)
+                print(f"step {index}/{run['steps']} time {mean:.3f}s", flush=True)
+                shown, shown_index = now, index
     step_times = window.times()
     measured_losses = window.loss_values()
     bad = [i for i, value in enumerate(measured_losses) if not math.isfinite(value)]
