@@ -9,9 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from codegen_helpers import plan_literal
 from scripted_points import ok_metrics
 
 from benchc.catalog.targets import TARGETS
+from benchc.pipeline import plan_spec
+from benchc.plan.roofline import roofline
 from benchc.report.headline import sig
 
 from conftest import REPO
@@ -200,8 +203,12 @@ def built_run(
                   "peak_per_device": peak, "mfu": achieved / peak}  # fmt: skip
     if generation:
         w = plan.workload
+        decode = plan_literal((built.path / "bench.py").read_text())["decode"]
+        moved = decode["bytes_per_device"] / (0.02 * (w.output_tokens - 1))  # as the program does
         m["generation"] = {"batch": w.batch, "input_tokens": w.input_tokens, "output_tokens": w.output_tokens,
-                           "ttft_s": 0.05, "tpot_s": 0.02, "first_sequence": [1, 2]}  # fmt: skip
+                           "ttft_s": 0.05, "tpot_s": 0.02, "first_sequence": [1, 2],
+                           "decode_bytes_per_s": moved,
+                           "decode_hbm_utilisation": moved / decode["hbm_bytes_per_s"]}  # fmt: skip
     path = built.path / "metrics.json"
     path.write_text(json.dumps(m))
     return line, path
@@ -233,6 +240,13 @@ def test_generation_ratios_split_into_bandwidth_and_its_utilisation(tmp_path):
     best = h_line["best"]
     assert f"at best {sig(best)} output tokens/s" in bound
     assert f"{sig(0.20 * h_line['memory_bound_items_per_s'] / best * 100)}% of it" in bound, bound
+    # decode as memory traffic, beside MFU: the bytes of the decode phase over its time
+    (plan,) = plan_spec(REPO / "specs" / "beluga-infer.bench", targets=["h100"]).plans
+    decode_bytes = next(b.amount for p in roofline(plan).phases if p.name == "decode" for b in p.bounds
+                        if b.name == "memory")  # fmt: skip
+    moved = decode_bytes / (0.02 * (plan.workload.output_tokens - 1))
+    expected = f"decode moved {sig(moved / 1e12)} TB/s per device, {sig(moved / 3.35e12 * 100)}% of its HBM"
+    assert expected in bound, bound
 
 
 def test_every_pair_of_targets_is_explained_and_runs_sit_on_a_roofline_chart(tmp_path):

@@ -196,3 +196,37 @@ def test_inference_plans_carry_no_training_flops():
     ]
     assert plans[0]["cost"]["train_flops_per_sample"] is None
     assert plans[0]["cost"]["forward_flops_per_sample"] > 1e15
+
+
+def test_generation_reports_decode_as_memory_traffic_against_the_hbm_bandwidth(tmp_path):
+    """The program's decode bandwidth: the bytes of the roofline's decode phase, in closed
+    form for one device (every weight once per step, the KV cache read over the context and
+    written per token), over TPOT x decode steps, and that over the target's HBM bandwidth."""
+    import importlib.util
+
+    from benchc.plan.flops import llama_params
+
+    sets = ["parallel.tensor=1", "cluster.devices_per_node=1", "cluster.nodes=1"]
+    program = tmp_path / "bench.py"
+    program.write_text(spec_files("beluga-infer.bench", "h100", overrides=sets)["bench.py"])
+    spec = importlib.util.spec_from_file_location("s5_bench", program)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    config, run = module.PLAN["model"]["config"], module.PLAN["infer"]
+    hidden, layers, heads = config["hidden_size"], config["num_hidden_layers"], config["num_attention_heads"]
+    kv_heads, batch = config["num_key_value_heads"], run["batch"]
+    ins, outs, b = run["input_tokens"], run["output_tokens"], 2  # bf16
+    params = llama_params(hidden, layers, heads, kv_heads, config["intermediate_size"], config["vocab_size"])
+    per_token = 2 * layers * kv_heads * (hidden // heads) * b
+    steps = outs - 1
+    context = steps * ins + steps * (steps + 1) // 2
+    expected = steps * b * params + batch * (context + steps) * per_token
+    decode = module.PLAN["decode"]
+    assert decode["bytes_per_device"] == pytest.approx(expected, rel=1e-9)
+    assert decode["hbm_bytes_per_s"] == pytest.approx(3.35e12)  # the h100's HBM
+    figures = module.decode_bandwidth(0.01, outs)
+    assert figures["decode_bytes_per_s"] == pytest.approx(expected / (0.01 * steps))
+    assert figures["decode_hbm_utilisation"] == pytest.approx(expected / (0.01 * steps) / 3.35e12)
+    nothing = {"decode_bytes_per_s": None, "decode_hbm_utilisation": None}
+    assert module.decode_bandwidth(None, outs) == nothing
+    assert module.decode_bandwidth(0.01, 1)["decode_bytes_per_s"] is None  # no decode step

@@ -15,6 +15,7 @@ from ..catalog.sd3_components import CLIP_TOKENS
 from ..catalog.sd3_components import FULL as FULL_PARTS
 from ..catalog.sd3_components import SMOKE as SMOKE_PARTS
 from ..plan.memory import meta_init
+from ..plan.roofline import roofline
 from ..plan.types import LlamaModel, MMDiTModel, Plan, SD3Pipeline, TrainWorkload
 from .environment import environment
 
@@ -108,6 +109,23 @@ def _sd3_model(model: SD3Pipeline, work, smoke: bool) -> dict:
     return settings
 
 
+def _decode_settings(plan: Plan) -> dict | None:
+    """Generation: the bytes each device must move over the decode steps (the roofline's
+    memory bound of its decode phase) and its HBM bandwidth, for the program's achieved
+    decode bandwidth (MFU means little for decode). None for other inference."""
+    if plan.model.kind != "llama":
+        return None
+    decode = [p for p in roofline(plan).phases if p.name == "decode"]
+    memory = [b for p in decode for b in p.bounds if b.name == "memory"]
+    if not memory:
+        return None
+    bandwidth = plan.target.hbm_tb_s
+    return {
+        "bytes_per_device": memory[0].amount,
+        "hbm_bytes_per_s": None if bandwidth is None else bandwidth * 1e12,
+    }
+
+
 def _infer_settings(plan: Plan) -> dict:
     work = plan.workload
     return {
@@ -128,6 +146,7 @@ def _infer_settings(plan: Plan) -> dict:
             "guidance": work.guidance,
         },
         "flops_per_sample": plan.cost.forward_flops_per_sample if plan.cost else None,
+        "decode": _decode_settings(plan),
     }
 
 

@@ -50,6 +50,8 @@ class Row:
     hosts: int | None  # distinct hosts the ranks ran on (None: not recorded)
     ttft_s: float | None  # generation: time to first token (median over trials)
     tpot_s: float | None  # generation: time per output token after the first
+    decode_bytes_per_s: float | None  # generation: bytes moved per second per device in decode
+    decode_hbm_utilisation: float | None  # generation: that over the HBM bandwidth
     s_per_image: float | None  # image pipelines: seconds per image, whole pipeline
     denoise_s_per_image: float | None  # image pipelines: the denoising loop alone
     references: tuple[Reference, ...]
@@ -129,6 +131,10 @@ def _row(trials: list[RunRecord], metric: Metric) -> Row | None:
         world_size=metrics[-1]["world_size"], hosts=metrics[-1].get("nodes"),
         ttft_s=_median_or_none([(m.get("generation") or {}).get("ttft_s") for m in metrics]),
         tpot_s=_median_or_none([(m.get("generation") or {}).get("tpot_s") for m in metrics]),
+        decode_bytes_per_s=_median_or_none([(m.get("generation") or {}).get("decode_bytes_per_s")
+                                            for m in metrics]),
+        decode_hbm_utilisation=_median_or_none([(m.get("generation") or {}).get("decode_hbm_utilisation")
+                                                for m in metrics]),
         s_per_image=_median_or_none([(m.get("pipeline") or {}).get("s_per_image") for m in metrics]),
         denoise_s_per_image=_median_or_none([(m.get("pipeline") or {}).get("denoise_s_per_image")
                                              for m in metrics]),

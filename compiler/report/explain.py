@@ -292,8 +292,18 @@ def bound_lines(section: Section) -> list[str]:
         text = (f"{where}: the roofline allows at best {sig(best)} {unit} ({_binding(row.roofline)}); "
                 f"achieved {sig(row.headline.median)} {unit}, ")  # fmt: skip
         text += f"{sig(share * 100)}% of " + ("that speed" if row.roofline.get("lower_is_better") else "it")
-        lines.append(text)
+        lines.append(text + _decode_traffic(row))
     return lines
+
+
+def _decode_traffic(row: Row) -> str:
+    """Generation's decode as memory traffic, beside MFU (which means little for decode)."""
+    if row.decode_bytes_per_s is None:
+        return ""
+    text = f"; decode moved {sig(row.decode_bytes_per_s / 1e12)} TB/s per device"
+    if row.decode_hbm_utilisation is not None:
+        text += f", {sig(row.decode_hbm_utilisation * 100)}% of its HBM bandwidth"
+    return text
 
 
 # ------------------------------------------------------------------ cost
