@@ -83,8 +83,13 @@ def test_the_knobs_of_each_tier_are_those_the_docs_list():
     assert knobs("cpu")["compile"] == "off" and knobs("cpu")["qkv"] == "fused"
     # diffusers' fused projections apply no q/k norm: not offered for an MMDiT with qk_norm
     assert knobs("h100", "model.mmdit.qk_norm=rms_norm")["qkv"] == "separate"
-    # generation brings a mask: no flash kernel in its list
+    # generation brings a mask: no flash kernel in its list; transformers compiles its decode
     assert knobs("h100", spec="beluga-infer.bench")["attention"] == "cudnn>efficient"
+    assert knobs("h100", spec="beluga-infer.bench")["compile"] == "off"
+    # the SD3 pipeline's MMDiT is compiled block by block under tuned, not under plain
+    assert knobs("h100", spec="sd3-infer.bench")["compile"] == "regional"
+    assert knobs("h100", "optimize=plain", spec="sd3-infer.bench")["compile"] == "off"
+    assert knobs("cpu", spec="sd3-infer.bench")["compile"] == "off"
 
 
 def test_the_plan_shows_the_tier_and_a_point_under_plain_is_named_for_it():
@@ -179,13 +184,60 @@ def test_regional_compilation_does_not_grow_with_depth(tmp_path, spec, setting):
         torch.manual_seed(0)
         model = module.build_model(model_plan)
         counter = FrameCounter()
-        module.compile_blocks(model, {"backend": counter})
+        module.compile_blocks(module.repeated_blocks(model), {"backend": counter})
         batch = module.synthetic_batch(module.PLAN["train"], model_plan, torch.device("cpu"))
         loss = module.compute_loss(model, batch, torch.autocast("cpu", dtype=torch.bfloat16), {})
         loss.backward()
         assert all(type(b).__name__ == "OptimizedModule" for b in module.repeated_blocks(model))
         seen[depth] = sorted(counter.graphs)
     assert seen[2] and seen[2] == seen[4] == seen[8], seen
+
+
+def test_the_pipelines_mmdit_is_compiled_block_by_block_whatever_its_depth(tmp_path):
+    """S3: the program's prepare_pipeline compiles the MMDiT's blocks (infer.compile on the
+    CPU), each whole; the graphs compiled are the same for 2, 4 and 8 layers."""
+    module = load_program(compile_point(tmp_path, "sd3-infer.bench", "infer.compile=true") / "bench.py")
+    assert module.PLAN["optimize"]["knobs"]["compile"] == "regional"
+    seen = {}
+    for depth in (2, 4, 8):
+        torch._dynamo.reset()
+        model_plan = json.loads(json.dumps(module.PLAN["model"]))
+        model_plan["config"]["num_layers"] = depth
+        torch.manual_seed(0)
+        transformer = module.build_parts(model_plan)["transformer"].eval()
+        counter = FrameCounter()
+        module.compile_blocks(transformer.transformer_blocks, {"backend": counter})
+        config, size = model_plan["config"], 8
+        with torch.no_grad():
+            transformer(hidden_states=torch.randn(1, config["in_channels"], size, size),
+                        encoder_hidden_states=torch.randn(1, 12, config["joint_attention_dim"]),
+                        pooled_projections=torch.randn(1, config["pooled_projection_dim"]),
+                        timestep=torch.tensor([500.0]))  # fmt: skip
+        seen[depth] = sorted(counter.graphs)
+    assert seen[2] and seen[2] == seen[4] == seen[8], seen
+    source = (tmp_path / "sd3_large_infer").rglob("bench.py")
+    assert "compile_blocks(pipe.transformer.transformer_blocks" in next(source).read_text()
+
+
+def test_a_second_run_reuses_the_compile_cache_beside_the_program(tmp_path):
+    """Where anything is compiled, launch.sh keeps Inductor's cache beside the program (the
+    metrics record it) and a second run adds no compiled graph to it: it reuses the first's."""
+    point = compile_point(tmp_path, "sd3.bench", "train.compile=true")
+    env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
+    env["OMP_NUM_THREADS"] = "1"
+    files = []
+    env["PYTHON"] = sys.executable
+    for run in (1, 2):
+        metrics = tmp_path / f"m{run}.json"
+        command = ["bash", str(point / "launch.sh"), "--metrics", str(metrics)]
+        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        recorded = json.loads(metrics.read_text())
+        assert recorded["status"] == "ok" and recorded["compile_cache"] == str(point / "compile-cache")
+        files.append({p.relative_to(point) for p in (point / "compile-cache").rglob("*") if p.is_file()})
+    graphs = {p for p in files[0] if "fxgraph" in str(p)}
+    assert graphs, sorted(map(str, files[0]))[:20]
+    assert {p for p in files[1] if "fxgraph" in str(p)} == graphs
 
 
 FULL_SIZE = [("sd3.bench", None), ("beluga-train.bench", None), ("beluga-infer.bench", torch.bfloat16)]

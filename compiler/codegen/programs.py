@@ -135,7 +135,6 @@ def _infer_settings(plan: Plan) -> dict:
             "batch": work.batch,
             "steps": work.steps,
             "warmup": work.warmup,
-            "compile": plan.tuning.compile != "off",
             "graphs": work.graphs,
             "seed": work.seed,
             "input_tokens": work.input_tokens,

@@ -27,7 +27,8 @@ class Tuning:
     """What the tier turned on for one plan; every value is a short word a report can print."""
 
     tier: str  # plain | tuned
-    compile: str  # regional (each repeated block by torch.compile, fullgraph) | off
+    compile: str  # regional (each repeated block by torch.compile, fullgraph) | on (generation:
+    # transformers compiles the decode step) | off
     attention: str  # the attention kernel(s), e.g. cudnn>flash>efficient, FusedSDPA, math
     qkv: str | None  # fused | separate (models that offer fused projections); None: n/a
     optimizer: str | None  # fused | default (training); None: inference
@@ -79,14 +80,17 @@ def derive(
     tier decides)."""
     tuned = tier == "tuned"
     deepspeed = sharding.startswith("zero")
+    pipeline = fused_qkv_offered is not None and not training  # the SD3 pipeline's MMDiT
     if explicit_compile is not None:
         compiled = explicit_compile
     else:
-        # Regional compilation where the torch runtime owns the model on CUDA. The CPU's compile
-        # is optional (Inductor's C++ build takes minutes for the smoke models) and DeepSpeed
-        # and accelerate wrap the model themselves (not generated yet with compile).
-        compiled = tuned and training and family == "cuda" and runtime == "torch" and not deepspeed
-    compile_ = ("regional" if training else "on") if compiled else "off"
+        # Regional compilation where the torch runtime owns the model on CUDA (training, and the
+        # SD3 pipeline's MMDiT). The CPU's compile is optional (Inductor's C++ build takes
+        # minutes for the smoke models) and DeepSpeed and accelerate wrap the model themselves
+        # (not generated yet with compile). Generation's compile is transformers' own.
+        on_cuda = family == "cuda" and runtime == "torch" and not deepspeed
+        compiled = tuned and on_cuda and (training or pipeline)
+    compile_ = ("regional" if training or pipeline else "on") if compiled else "off"
     # diffusers' MMDiT offers fused q/k/v projections (fuse_qkv_projections), whose processor
     # applies no q/k norm: offered only without qk_norm. Gaudi's joint-attention processor and
     # xformers' read the separate projections; Llama offers none.

@@ -11,6 +11,9 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 PYTHON="${PYTHON:-python3}"
+# Inductor's compile cache in this folder, so a second run reuses what the first compiled
+# (a folder named in TORCHINDUCTOR_CACHE_DIR wins; the program records which it used).
+export TORCHINDUCTOR_CACHE_DIR="${TORCHINDUCTOR_CACHE_DIR:-$PWD/compile-cache}"
 NNODES=2
 NPROC=1
 

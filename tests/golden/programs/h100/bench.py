@@ -726,6 +726,23 @@ def since_process_start(started: float) -> float:
     return max(age, time.perf_counter() - started)
 
 
+def compile_blocks(blocks, options: dict) -> None:
+    """Regional compilation: each repeated block compiled on its own and whole (fullgraph),
+    replacing it in its list. The blocks share their compiled code, so the compile time
+    does not grow with the depth; sharding wraps the compiled blocks (torchtitan's order)."""
+    for index, block in enumerate(blocks):
+        blocks[index] = torch.compile(block, fullgraph=True, **options)
+
+
+def use_compile_cache(metrics: dict) -> None:
+    """Records where Inductor keeps its compile cache, where anything is compiled: launch.sh
+    names a folder beside this program (unless TORCHINDUCTOR_CACHE_DIR names another), so a
+    second run reuses what the first compiled."""
+    folder = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    compiled = PLAN["optimize"]["knobs"]["compile"] != "off"
+    metrics["compile_cache"] = os.path.abspath(folder) if compiled and folder else None
+
+
 def build_on_meta(model_plan: dict, on_meta: bool, device, dtype=None):
     """The model, with its parameters on the meta device (no memory) when on_meta: they are
     allocated later, shard by shard, by materialise(). Buffers (rotary and position tables)
@@ -757,15 +774,6 @@ def build_on_device(model_plan: dict, device, dtype=None):
     return model.to(device)  # a table a library computed on the host, if any
 
 
-def compile_blocks(model, options: dict) -> None:
-    """Regional compilation: each repeated block compiled on its own and whole (fullgraph),
-    replacing it in its list. The blocks share their compiled code, so the compile time
-    does not grow with the depth; sharding wraps the compiled blocks (torchtitan's order)."""
-    blocks = repeated_blocks(model)
-    for index, block in enumerate(blocks):
-        blocks[index] = torch.compile(block, fullgraph=True, **options)
-
-
 TORCH_OPTIMIZERS = {
     "adamw": torch.optim.AdamW,
     "adam": torch.optim.Adam,
@@ -777,6 +785,7 @@ def train(metrics: dict, started: float) -> None:
     rank, world, device = start_processes(metrics)
     run, model_plan = PLAN["train"], PLAN["model"]
     record_tier(metrics, device)
+    use_compile_cache(metrics)
     # The same initial weights on every rank (sharding splits them as they are).
     torch.manual_seed(run["seed"])
     device.before_model()
@@ -902,7 +911,7 @@ def prepare_training(device, world: int, metrics: dict):
         fuse_qkv(model)
     model.train()
     if knobs["compile"] == "regional":  # before sharding, as torchtitan orders them
-        compile_blocks(model, device.compile_options())
+        compile_blocks(repeated_blocks(model), device.compile_options())
     model = wrap_parallel(model, device, parallel, world, dtype)
     if on_meta:
         materialise(model, buffers, device.device)
