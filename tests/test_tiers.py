@@ -350,3 +350,38 @@ def test_generation_attends_to_grouped_heads_without_repeating_the_cache(tmp_pat
     assert repeated in reference_shapes  # transformers repeats the cache's K/V for every query head
     assert repeated not in shapes
     assert torch.equal(tokens, expected)
+
+
+def _agree_on_window(rank: int, program: str, port: int, paces: list, out: str) -> None:
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    module = load_program(Path(program))
+    steps = module.window_steps(5, paces[rank], 2, module.Device(rank))
+    Path(out, f"{rank}.json").write_text(json.dumps(steps))
+    dist.destroy_process_group()
+
+
+def test_the_measured_window_is_the_same_length_on_every_rank(tmp_path):
+    """At full size a window shorter than 50 steps runs on until 50 steps or 20 s at the last
+    warmup step's pace; ranks must agree on the count (a rank that stopped early would leave
+    the others waiting in a collective), so the slowest rank's pace decides, before the
+    window. Smoke runs and plans without warmup run what they ask."""
+    import torch.multiprocessing as mp
+
+    from conftest import free_port
+
+    full = tmp_path / "full.py"
+    full.write_text(spec_files("sd3.bench", "cpu", overrides=["train.batch=16"])["bench.py"])
+    module = load_program(full)
+    device = module.Device(0)
+    assert module.window_steps(10, 0.1, 1, device) == 50  # 50 steps come before 20 s
+    assert module.window_steps(10, 1.0, 1, device) == 20  # 20 s come before 50 steps
+    assert module.window_steps(10, 5.0, 1, device) == 10  # the plan asks more than 20 s holds
+    assert module.window_steps(60, 0.1, 1, device) == 60  # the plan's when it asks 50 or more
+    assert module.window_steps(10, None, 1, device) == 10  # no warmup step: no pace
+    smoke = tmp_path / "smoke.py"
+    smoke.write_text(spec_files("sd3.bench", "cpu", smoke=True, overrides=["train.batch=16"])["bench.py"])
+    assert load_program(smoke).window_steps(3, 0.01, 1, device) == 3
+    mp.spawn(_agree_on_window, args=(str(full), free_port(), [0.1, 2.0], str(tmp_path)), nprocs=2)
+    assert [json.loads((tmp_path / f"{r}.json").read_text()) for r in (0, 1)] == [10, 10]

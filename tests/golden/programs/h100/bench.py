@@ -623,6 +623,19 @@ MIN_MEASURED_STEPS = 50
 MIN_MEASURED_S = 20.0
 
 
+def window_steps(planned: int, step_s, world: int, device) -> int:
+    """The measured steps, agreed by every rank before the window: the plan's, or at full
+    size as many more as reach 50 steps or 20 s, whichever comes first, at the pace of the
+    last warmup step (the slowest rank's). Without a warmup step, the plan's."""
+    if PLAN["smoke"] or step_s is None or planned >= MIN_MEASURED_STEPS:
+        return planned
+    pace = torch.tensor([step_s], device=device.device)
+    if world > 1:
+        dist.all_reduce(pace, op=dist.ReduceOp.MAX)
+    wanted = math.ceil(MIN_MEASURED_S / max(float(pace), 1e-6))
+    return max(planned, min(MIN_MEASURED_STEPS, wanted))
+
+
 def query_smi(command: list, names: tuple):
     """One line of a vendor tool's CSV query (nvidia-smi, hl-smi) as {name: value}: numbers
     where they parse, the tool's own text elsewhere; None where the tool is missing or
@@ -654,13 +667,11 @@ class MeasuredWindow:
     step (device events on CUDA, nothing that waits for the device), losses kept on the
     device and read once at the end, with the finite check done there too."""
 
-    def __init__(self, device, planned: int, smoke: bool) -> None:
+    def __init__(self, device, steps: int) -> None:
         self.device = device
-        self.planned = planned
-        self.smoke = smoke
+        self.steps = steps
         self.losses = []
         self.marks = []
-        self.started = 0.0
 
     def __enter__(self):
         gc.collect()
@@ -668,7 +679,6 @@ class MeasuredWindow:
         gc.disable()
         self.device.synchronize()
         self.device.reset_peak_memory()
-        self.started = time.perf_counter()
         self.marks.append(self.device.time_mark())
         return self
 
@@ -679,13 +689,8 @@ class MeasuredWindow:
             self.losses.append(loss.detach())
 
     def more(self) -> bool:
-        """Another step? The planned steps; at full size, on until 50 steps or 20 s."""
-        done = len(self.marks) - 1
-        if done < self.planned:
-            return True
-        if self.smoke or done >= MIN_MEASURED_STEPS:
-            return False
-        return time.perf_counter() - self.started < MIN_MEASURED_S
+        """Another step? Until the window's steps are done (the same count on every rank)."""
+        return len(self.marks) - 1 < self.steps
 
     def __exit__(self, *exc) -> None:
         gc.enable()
@@ -820,19 +825,22 @@ def train(metrics: dict, started: float) -> None:
             )
     # The measured window: nothing in it waits for the device (MeasuredWindow).
     set_phase(metrics, "measuring")
-    window = MeasuredWindow(device, run["steps"] - run["warmup"], PLAN["smoke"])
+    pace = warmup_times[-1] if warmup_times else None
+    steps = window_steps(run["steps"] - run["warmup"], pace, world, device)
+    total = run["warmup"] + steps
+    window = MeasuredWindow(device, steps)
     shown, shown_index = time.perf_counter(), run["warmup"]
     with window:
         index = run["warmup"]
         while window.more():
-            metrics["progress"] = {"step": index + 1, "of": run["steps"]}
+            metrics["progress"] = {"step": index + 1, "of": total}
             window.record(step(batch))
             index += 1
             now = time.perf_counter()
             if rank == 0 and (now - shown >= 1.0 or not window.more()):
                 # the host's mean step time since the last line: progress, not the measurement
                 mean = (now - shown) / (index - shown_index)
-                print(f"step {index}/{run['steps']} time {mean:.3f}s", flush=True)
+                print(f"step {index}/{total} time {mean:.3f}s", flush=True)
                 shown, shown_index = now, index
     step_times = window.times()
     measured_losses = window.loss_values()
