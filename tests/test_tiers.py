@@ -352,14 +352,24 @@ def test_generation_attends_to_grouped_heads_without_repeating_the_cache(tmp_pat
     assert torch.equal(tokens, expected)
 
 
-def _agree_on_window(rank: int, program: str, port: int, paces: list, out: str) -> None:
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
-    module = load_program(Path(program))
-    steps = module.window_steps(5, paces[rank], 2, module.Device(rank))
-    Path(out, f"{rank}.json").write_text(json.dumps(steps))
-    dist.destroy_process_group()
+# One rank of the agreement test: join a gloo group of 2, ask the program how long its window
+# is at this rank's pace, write the answer, and leave without the interpreter's teardown.
+AGREE = """
+import importlib.util, json, os, sys
+import torch.distributed as dist
+rank, program, pace, out = int(os.environ["RANK"]), sys.argv[1], float(sys.argv[2]), sys.argv[3]
+dist.init_process_group("gloo")
+spec = importlib.util.spec_from_file_location("bench", program)
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+steps = module.window_steps(5, pace, 2, module.Device(rank))
+with open(out, "w") as stream:
+    json.dump(steps, stream)
+dist.barrier()
+dist.destroy_process_group()
+sys.stdout.flush()
+os._exit(0)
+"""
 
 
 def test_the_measured_window_is_the_same_length_on_every_rank(tmp_path):
@@ -367,8 +377,6 @@ def test_the_measured_window_is_the_same_length_on_every_rank(tmp_path):
     warmup step's pace; ranks must agree on the count (a rank that stopped early would leave
     the others waiting in a collective), so the slowest rank's pace decides, before the
     window. Smoke runs and plans without warmup run what they ask."""
-    import torch.multiprocessing as mp
-
     from conftest import free_port
 
     full = tmp_path / "full.py"
@@ -383,5 +391,14 @@ def test_the_measured_window_is_the_same_length_on_every_rank(tmp_path):
     smoke = tmp_path / "smoke.py"
     smoke.write_text(spec_files("sd3.bench", "cpu", smoke=True, overrides=["train.batch=16"])["bench.py"])
     assert load_program(smoke).window_steps(3, 0.01, 1, device) == 3
-    mp.spawn(_agree_on_window, args=(str(full), free_port(), [0.1, 2.0], str(tmp_path)), nprocs=2)
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": "2",
+           "OMP_NUM_THREADS": "1"}  # fmt: skip
+    ranks = []
+    for rank, pace in enumerate([0.1, 2.0]):
+        command = [sys.executable, "-c", AGREE, str(full), str(pace), str(tmp_path / f"{rank}.json")]
+        ranks.append(
+            subprocess.Popen(command, env={**env, "RANK": str(rank)}, stderr=subprocess.PIPE, text=True)
+        )
+    errors = [rank.communicate(timeout=300)[1] for rank in ranks]
+    assert [rank.returncode for rank in ranks] == [0, 0], errors
     assert [json.loads((tmp_path / f"{r}.json").read_text()) for r in (0, 1)] == [10, 10]
