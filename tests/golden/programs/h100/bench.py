@@ -829,9 +829,9 @@ def train(metrics: dict, started: float) -> None:
     steps = window_steps(run["steps"] - run["warmup"], pace, world, device)
     total = run["warmup"] + steps
     window = MeasuredWindow(device, steps)
-    shown, shown_index = time.perf_counter(), run["warmup"]
     with window:
         index = run["warmup"]
+        shown, shown_index = time.perf_counter(), index
         while window.more():
             metrics["progress"] = {"step": index + 1, "of": total}
             window.record(step(batch))
