@@ -18,9 +18,17 @@
 #   s1_b32_tuned  batch 32, optimize = tuned
 #   s4            optional, only in time left: S4 as before (Llama-2-70B width, 2 layers, fp16,
 #                 batch 2 x accumulation 2, sequence 2048)
-# inference:
-#   s5            Llama-2-70B width, 2 layers, 128 -> 2048 tokens, static cache, CUDA graphs
-#   s3            the SD3 8B pipeline at full size (1024x1024, 30 steps, guidance): 2 images timed
+# inference: S5 as one tensor-parallel-8 rank of Llama-2-70B on one GPU (hidden 8192, 8 query
+#   heads, 1 key/value head, head dim 128, intermediate 3,584; batch 128, 128 -> 2048 tokens,
+#   static cache, CUDA graphs), each run 1 warmup + 1 timed generate pair (a 1-token call, then
+#   a full call: infer.steps = 2, cut from the spec's 3 to fit; the full 2048 output tokens kept);
+#   S3 at full size. In this order, so that a part cut short loses the least:
+#   s5_l40_tuned  40 layers (the rank's), optimize = tuned; first, with a cold compile cache
+#   s3            the SD3 8B pipeline (d38, 1024x1024, 30 steps, guidance), tuned, 1 warmup +
+#                 3 timed images: startup, compile (its first call) and seconds per image
+#   s5_l40_plain  40 layers, optimize = plain: the tuned/plain ratio of TPOT
+#   s5_l2_tuned   2 layers, tuned: with s5_l40_tuned, the fit TPOT = a + b x layers (exact)
+#   s5_l10_tuned  optional, only in time left: 10 layers, tuned, a third point of the fit
 #
 # Budget arithmetic (seconds of one call; each run under `timeout LIMIT`, then SIGKILL
 # KILL_AFTER = 10 s later if it is still there):
@@ -31,8 +39,17 @@
 #     with 35 to spare; s1_b16_plain 60 = startup ~11 + 60 eager steps x ~0.18 + first-step
 #     costs; hand_b16 120 (compile partly cached); s1_b32_tuned 90 (its last place: the part
 #     loses the least if it is cut); s4 (120, at least 90) runs only if the others left time.
-#   inference: 15 + (180 + 10) + (250 + 10) = 465 <= 480
-#     s5 180 (it took warmup 37 + 3 generate calls x 24 on 2026-12-04, under 150); s3 250.
+#   inference: 15 + (105 + 10) + (160 + 10) + (105 + 10) + (40 + 10) = 465 <= 480
+#     s5_l40_tuned 105: startup ~20 (imports; 4.8B bf16 parameters, 9.6 GB, built on the GPU)
+#     + the decode step's compile under CUDA graphs 30-60 + 2 generate pairs x ~9.3 (the
+#     1-token call ~0.15 s, compute-bound at 989 TFLOP/s; the full call: 2047 decode steps of
+#     2.63 ms at the HBM bound, 5.4 s, so 9.0 s at the 60 % target) + exit ~3 = 72-102;
+#     s3 160: startup <= 20 + the first call <= 120 (compile_s, its image included) + 3 images
+#     x <= 3.8 + exit ~5 = 156 at the targets' edge; s5_l40_plain 105: as tuned, transformers'
+#     generate with its own compile of the forward, ~6-7 ms a token (13-14 s a call);
+#     s5_l2_tuned 40: startup ~12 + compile 10-20 + 2 pairs x ~1 + exit = 25-37;
+#     s5_l10_tuned (60, at least 45) runs only if the others left time. Least times to start:
+#     85, 115, 80, 30, 45.
 # And a hard stop whatever the runs do: no run's time limit reaches past PART_BUDGET = 470 s
 # after the part started (the limit shrinks to what is left; under 30 s left, or a run's own
 # least, it is skipped and reported), leaving 10 s for the last summary.
@@ -40,8 +57,13 @@
 # OUT/summary.md and OUT/summary.json (benchmarks/gpu_summary.py) are rewritten after every
 # event: status, step median, p90/p10, throughput, MFU, fraction of the roofline bound,
 # startup and compile seconds, peak memory, and the ratios tuned/plain (speedup: plain step /
-# tuned step) and generated/hand-written (step / step), each with its target. A part cut
-# short still reports what finished. Usage errors print the usage and exit 2.
+# tuned step) and generated/hand-written (step / step), each with its target; for generation
+# also TTFT, TPOT, decode bytes/s, HBM utilisation and the prefill's and decode's fractions
+# of their bounds, the tuned/plain ratio of TPOT and the fit TPOT = a + b x layers; for S3
+# the seconds per image. Targets of the inference part: s5_l40_tuned decode at least 60 % of
+# the HBM bound (the program's decode_hbm_utilisation and the estimate's decode bound / TPOT);
+# s3 startup_s <= 20, compile_s <= 120, s_per_image <= 3.8. A part cut short still reports
+# what finished. Usage errors print the usage and exit 2.
 set -euo pipefail
 
 usage() {
@@ -220,13 +242,38 @@ if [ "$PART" = training ]; then
     echo "hand-written loop, cpu smoke: ok ($OUT/hand_smoke.json)"
   fi
 else
-  plan s5 180 120 required "S5, 2 layers of 70B width, 128 -> 2048 tokens"
-  plan s3 250 150 required "S3, SD3 8B pipeline, 1024x1024, 30 steps"
-  compile_program s5 specs/beluga-infer.bench beluga_70b_infer --set model.llama.layers=2 --set parallel.tensor=1
-  compile_program s3 specs/sd3-infer.bench sd3_large_infer --set infer.steps=3 --set infer.warmup=1
+  # One tensor-parallel-8 rank of Llama-2-70B, whole on one GPU; 1 warmup + 1 timed generate pair.
+  S5_RANK=(--set parallel.tensor=1 --set model.llama.hidden=8192 --set model.llama.heads=8
+    --set model.llama.kv_heads=1 --set model.llama.head_dim=128 --set model.llama.intermediate=3584
+    --set infer.steps=2 --set infer.warmup=1)
+  plan s5_l40_tuned 105 85 required "S5 rank of 70B, 40 layers, tuned, 128 -> 2048 tokens"
+  plan s3 160 115 required "S3, SD3 8B pipeline, 1024x1024, 30 steps, tuned, 3 timed images"
+  plan s5_l40_plain 105 80 required "S5 rank of 70B, 40 layers, plain"
+  plan s5_l2_tuned 40 30 required "S5 rank of 70B, 2 layers, tuned"
+  plan s5_l10_tuned 60 45 optional "S5 rank of 70B, 10 layers, tuned"
+  event ratio "tuned/plain TPOT" s5_l40_plain s5_l40_tuned - - \
+    "speedup of tuned: plain TPOT / tuned TPOT, 40 layers (no target)" tpot_s
+  event check s5_l40_tuned decode_hbm_utilisation ">=" 0.6
+  event check s5_l40_tuned decode_roofline_fraction ">=" 0.6
+  event check s3 startup_s "<=" 20
+  event check s3 compile_s "<=" 120
+  event check s3 s_per_image "<=" 3.8
+  event fit "TPOT = a + b x layers (a: fixed cost per token, b: cost per layer)" tpot_s layers \
+    s5_l2_tuned=2 s5_l10_tuned=10 s5_l40_tuned=40
+
+  for layers in 40 2 10; do
+    compile_program "s5_l${layers}_tuned" specs/beluga-infer.bench beluga_70b_infer "${S5_RANK[@]}" \
+      --set model.llama.layers="$layers" "${TUNED[@]}"
+  done
+  compile_program s5_l40_plain specs/beluga-infer.bench beluga_70b_infer "${S5_RANK[@]}" \
+    --set model.llama.layers=40 "${PLAIN[@]}"
+  compile_program s3 specs/sd3-infer.bench sd3_large_infer --set infer.steps=4 --set infer.warmup=1 "${TUNED[@]}"
   summarize
-  run_program s5
+  run_program s5_l40_tuned
   run_program s3
+  run_program s5_l40_plain
+  run_program s5_l2_tuned
+  run_program s5_l10_tuned
 fi
 
 summarize --print

@@ -9,15 +9,25 @@ gpu_check.sh appends one tab-separated line to OUT/events.tsv for each thing it 
 
     part   PART TARGET MODE(gpu|dry-run) PART_BUDGET_S CALL_S KILL_AFTER_S FIXED_S
     plan   RUN LIMIT_S LEAST_S required|optional DESCRIPTION
-    ratio  LABEL NUMERATOR_RUN DENOMINATOR_RUN OP BOUND MEANING   value = step median / step median
-    check  RUN FIELD OP BOUND                       FIELD: mfu, p90_p10, startup_s, compile_s, ...
-    start  RUN LIMIT_S                              the limit it got (the plan's, or what was left)
+    ratio  LABEL NUMERATOR_RUN DENOMINATOR_RUN OP BOUND MEANING [FIELD]
+                                  value = FIELD / FIELD (default step_median_s); OP BOUND "- -": no target
+    check  RUN FIELD OP BOUND     FIELD: any of a run's row (mfu, p90_p10, startup_s, compile_s,
+                                  decode_hbm_utilisation, decode_roofline_fraction, s_per_image, ...)
+    fit    LABEL Y_FIELD X_NAME RUN=X ...   Y = a + b X, least squares over the runs that finished
+    start  RUN LIMIT_S            the limit it got (the plan's, or what was left)
     end    RUN EXIT_STATUS ELAPSED_S
     skip   RUN REASON
 
 Each run's files: OUT/RUN.json (a benchc metrics file, or the hand-written loop's line, same
 field names), OUT/RUN.estimate.json (`benchc estimate --json` of the same settings: the
-roofline's step-time bound), OUT/RUN.log.
+roofline's bound on the timed unit, phase by phase), OUT/RUN.log.
+
+Fractions of the roofline (1.0 = at the bound): a run's timed unit (a training step, a
+generate call, a pipeline call) is the estimate's least time / the measured median; for
+generation also the prefill (its bound / TTFT) and the decode (its bound per decode step /
+TPOT), beside the programs' own decode bytes/s and HBM utilisation. An inference program
+that writes no compile_s gets its first (warmup) call's time, as training's compile_s is its
+first warmup step.
 """
 
 from __future__ import annotations
@@ -29,6 +39,9 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_summary_md import markdown  # noqa: E402
 
 OPS = {">=": lambda a, b: a >= b, "<=": lambda a, b: a <= b}
 GIB = 2**30
@@ -57,12 +70,29 @@ def number(value) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
+def roofline(estimate) -> dict:
+    """The roofline record of the run's single point ({} when there is none)."""
+    if not isinstance(estimate, dict) or not estimate.get("estimates"):
+        return {}
+    return estimate["estimates"][0].get("roofline") or {}
+
+
 def roofline_bound(estimate) -> float | None:
     """The roofline's least time for one timed unit (a training step, a generate call, a
     pipeline call) of the run's single point."""
-    if not isinstance(estimate, dict) or not estimate.get("estimates"):
-        return None
-    return number((estimate["estimates"][0].get("roofline") or {}).get("seconds"))
+    return number(roofline(estimate).get("seconds"))
+
+
+def phase_bound(estimate, name: str) -> float | None:
+    """The least time of one phase of the timed unit (prefill, decode, ...)."""
+    for phase in roofline(estimate).get("phases") or []:
+        if isinstance(phase, dict) and phase.get("name") == name:
+            return number(phase.get("seconds"))
+    return None
+
+
+def share(part: float | None, whole: float | None) -> float | None:
+    return part / whole if part and whole else None
 
 
 def run_row(out: Path, name: str, plan: dict, state: dict, mode: str) -> dict:
@@ -108,6 +138,9 @@ def fill_measures(row: dict, m: dict, estimate) -> None:
     flops = m.get("flops") or {}
     bound = roofline_bound(estimate)
     memory = number(m.get("peak_memory_bytes"))
+    compile_s, compile_from = number(m.get("compile_s")), "program"
+    if compile_s is None and m.get("workload") == "infer":  # the first call holds the compilation
+        compile_s, compile_from = number(m.get("first_step_s")), "first call"
     row.update(
         optimize=m.get("optimize"),
         optimize_detail=m.get("optimize_detail"),
@@ -118,18 +151,61 @@ def fill_measures(row: dict, m: dict, estimate) -> None:
         unit=throughput.get("unit"),
         mfu=number(flops.get("mfu")),
         roofline_bound_s=bound,
-        roofline_fraction=bound / median if bound and median else None,
+        roofline_fraction=share(bound, median),
         startup_s=number(m.get("startup_s")),
-        compile_s=number(m.get("compile_s")),
+        compile_s=compile_s,
+        compile_from=compile_from if compile_s is not None else None,
         peak_memory_gib=memory / GIB if memory is not None else None,
     )
+    generation, pipeline = m.get("generation"), m.get("pipeline")
+    if isinstance(generation, dict):
+        ttft, tpot = number(generation.get("ttft_s")), number(generation.get("tpot_s"))
+        steps = (number(generation.get("output_tokens")) or 0) - 1  # decode steps of a call
+        decode = phase_bound(estimate, "decode")
+        per_step = decode / steps if decode is not None and steps > 0 else None
+        row.update(
+            ttft_s=ttft,
+            tpot_s=tpot,
+            decode_bytes_per_s=number(generation.get("decode_bytes_per_s")),
+            decode_hbm_utilisation=number(generation.get("decode_hbm_utilisation")),
+            prefill_roofline_fraction=share(phase_bound(estimate, "prefill"), ttft),
+            decode_bound_per_token_s=per_step,
+            decode_roofline_fraction=share(per_step, tpot),
+        )
+    if isinstance(pipeline, dict):
+        row.update(
+            s_per_image=number(pipeline.get("s_per_image")),
+            denoise_s_per_image=number(pipeline.get("denoise_s_per_image")),
+        )
+
+
+def fit_line(label: str, y_field: str, x_name: str, runs: list[tuple[str, float]], by_run: dict) -> dict:
+    """y = a + b x by least squares over the runs whose y was measured: exact with 2 points,
+    not enough with fewer (or with every x the same)."""
+    points = [(name, x, by_run.get(name, {}).get(y_field)) for name, x in runs]
+    done = [(name, x, y) for name, x, y in points if y is not None]
+    fit = {"fit": label, "y": y_field, "x": x_name, "runs": [n for n, _, _ in points], "a": None, "b": None,
+           "points": [{"run": n, "x": x, "y": y} for n, x, y in done], "max_residual": None}  # fmt: skip
+    xs = [x for _, x, _ in done]
+    if len(set(xs)) < 2:
+        fit["note"] = f"not enough runs finished ({len(done)} of {len(points)}; 2 needed)"
+        return fit
+    mean_x, mean_y = sum(xs) / len(done), sum(y for _, _, y in done) / len(done)
+    b = sum((x - mean_x) * (y - mean_y) for _, x, y in done) / sum((x - mean_x) ** 2 for x in xs)
+    a = mean_y - b * mean_x
+    fit.update(a=a, b=b, max_residual=max(abs(y - a - b * x) for _, x, y in done))
+    if len(done) == 2:
+        fit["note"] = "exact: 2 points (no check that the cost is linear)"
+    else:
+        fit["note"] = f"least squares over {len(done)} points"
+    return fit
 
 
 def summarize(out: Path) -> dict:
     part: dict = {}
     plans: dict[str, dict] = {}
     states: dict[str, dict] = {}
-    ratios, checks = [], []
+    ratios, checks, fits = [], [], []
     for fields in read_events(out):
         kind, rest = fields[0], fields[1:]
         try:
@@ -157,12 +233,16 @@ def summarize(out: Path) -> dict:
                         "numerator": rest[1],
                         "denominator": rest[2],
                         "op": rest[3],
-                        "bound": float(rest[4]),
+                        "bound": None if rest[4] == "-" else float(rest[4]),
                         "meaning": rest[5],
+                        "field": rest[6] if len(rest) > 6 else "step_median_s",
                     }
                 )
             elif kind == "check":
                 checks.append({"run": rest[0], "field": rest[1], "op": rest[2], "bound": float(rest[3])})
+            elif kind == "fit":
+                runs = [(run, float(x)) for run, x in (item.split("=") for item in rest[3:])]
+                fits.append((rest[0], rest[1], rest[2], runs))
             elif kind == "start":
                 states[rest[0]] = {"event": "start", "limit_s": int(rest[1])}
             elif kind == "end":
@@ -180,8 +260,8 @@ def summarize(out: Path) -> dict:
     rows = [run_row(out, name, plan, states.get(name, {}), mode) for name, plan in plans.items()]
     by_run = {row["run"]: row for row in rows}
     for ratio in ratios:
-        a = by_run.get(ratio["numerator"], {}).get("step_median_s")
-        b = by_run.get(ratio["denominator"], {}).get("step_median_s")
+        a = by_run.get(ratio["numerator"], {}).get(ratio["field"])
+        b = by_run.get(ratio["denominator"], {}).get(ratio["field"])
         ratio["value"] = a / b if a and b else None
         ratio["result"] = verdict(ratio["value"], ratio["op"], ratio["bound"])
     for check in checks:
@@ -206,67 +286,16 @@ def summarize(out: Path) -> dict:
         "runs": rows,
         "ratios": ratios,
         "checks": checks,
+        "fits": [fit_line(*fit, by_run) for fit in fits],
     }
 
 
-def verdict(value, op: str, bound: float) -> str:
+def verdict(value, op: str, bound: float | None) -> str:
     if value is None:
         return "not measured"
+    if bound is None:
+        return "recorded (no target)"
     return "met" if OPS[op](value, bound) else "missed"
-
-
-def fmt(value, spec: str = ".4g", suffix: str = "") -> str:
-    return "" if value is None else f"{value:{spec}}{suffix}"
-
-
-def markdown(s: dict) -> str:
-    b = s["budget"]
-    lines = [f"# GPU check, part {s['part']}: target {s['target']} ({s['mode']})", ""]
-    if s["gpu"]:
-        lines += [f"GPU: {'; '.join(s['gpu'])}", ""]
-    optional = ", ".join(f"{name} {limit} s" for name, limit in b["optional"].items()) or "none"
-    lines += [
-        f"Budget: one call of {b['call_s']} s; planned {b['planned_total_s']} s = fixed {b['fixed_s']} s + "
-        f"limits {' + '.join(map(str, b['required_limits_s']))} s + {b['kill_after_s']} s SIGKILL grace "
-        f"each; optional runs only in the time left ({optional}); no run outlasts {b['part_budget_s']} s.",
-        "",
-    ]
-    lines += [
-        "| run | status | s used / limit | step median (s) | p90/p10 | throughput | MFU | of roofline | "
-        "startup s | compile s | peak GiB |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in s["runs"]:
-        throughput = f"{r['throughput']:.4g} {r.get('unit') or ''}".strip() if r.get("throughput") else ""
-        lines.append(
-            f"| {r['run']}: {r['description']} | {r['status']} | {fmt(r['elapsed_s'], 'd', ' / ')}"
-            f"{r['limit_s'] or r['planned_limit_s']} | "
-            f"{fmt(r.get('step_median_s'))} | {fmt(r.get('p90_p10'), '.3f')} | {throughput} | "
-            f"{fmt(r.get('mfu'), '.1%')} | {fmt(r.get('roofline_fraction'), '.1%')} | {fmt(r.get('startup_s'), '.1f')} | "  # noqa: E501
-            f"{fmt(r.get('compile_s'), '.1f')} | {fmt(r.get('peak_memory_gib'), '.1f')} |"
-        )
-    if s["ratios"]:
-        lines += ["", "| ratio | value | target | result | meaning |", "|---|---|---|---|---|"]
-        for q in s["ratios"]:
-            lines.append(
-                f"| {q['ratio']} | {fmt(q['value'], '.3f')} | {q['op']} {q['bound']:g} | {q['result']} | "
-                f"{q['meaning']} |"
-            )
-    if s["checks"]:
-        lines += ["", "| target | value | bound | result |", "|---|---|---|---|"]
-        for c in s["checks"]:
-            spec = ".1%" if c["field"] == "mfu" else ".3g"
-            bound = f"{c['bound']:.0%}" if c["field"] == "mfu" else f"{c['bound']:g}"
-            lines.append(
-                f"| {c['run']} {c['field']} | {fmt(c['value'], spec)} | {c['op']} {bound} | {c['result']} |"
-            )
-    lines += [
-        "",
-        "MFU: model FLOPs per second / the target's dense peak. Of roofline: `benchc estimate`'s "
-        "least step time / the measured median step (1.0 = at the bound). p90/p10: spread of the "
-        "measured steps.",
-    ]
-    return "\n".join(lines) + "\n"
 
 
 def write_atomically(path: Path, text: str) -> None:

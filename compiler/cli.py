@@ -16,11 +16,13 @@ from collections.abc import Sequence
 
 from . import __version__
 from .commands.flags import whole_number
-from .console import emit, silence
+from .console import ReaderMayLeave, emit, silence
 from .diagnostics import BenchError, format_diagnostics
-from .runner.interrupts import Terminated
+from .runner.interrupts import Terminated, raise_terminated
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USER = 0, 1, 2
+# Commands that run and record work: a reader that leaves (`| head`) must not stop them halfway.
+LONG_WORK = {"run", "submit", "status", "cancel", "ingest"}
 GROUPS = ("build", "results", "cluster", "format", "estimate")  # compiler/commands/<group>.py
 # Which group holds each command, so that a command builds only its own group's options and
 # imports only its modules (tests/test_cli.py checks this against each group's COMMANDS).
@@ -113,6 +115,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     color = args.color == "always" or (
         args.color == "auto" and sys.stderr.isatty() and "NO_COLOR" not in os.environ
     )
+    if args.command in LONG_WORK:
+        sys.stdout = ReaderMayLeave(sys.stdout)
     try:
         return _command(args.command)(args)
     except BenchError as exc:
@@ -140,7 +144,11 @@ def entry() -> None:
     First every object is frozen out of the garbage collector (gc.freeze): the interpreter's
     last collection would otherwise walk all that the command made, only for the process to
     end (about 20 ms of a 180 ms `benchc compile`). By then every file, store and process of
-    the command is closed; nothing waits on a collection."""
+    the command is closed; nothing waits on a collection. SIGQUIT (Ctrl-\\) ends benchc as
+    SIGTERM does, without a core dump (`run` records it like SIGTERM)."""
+    import signal
+
+    signal.signal(signal.SIGQUIT, raise_terminated)
     code = main()
     gc.freeze()
     sys.exit(code)

@@ -21,3 +21,29 @@ def silence(stream) -> None:
         os.dup2(devnull, stream.fileno())
     except (OSError, ValueError):
         pass
+
+
+class ReaderMayLeave:
+    """A stream for commands whose work goes on after their reader has left (`benchc run |
+    head`): the first write or flush to a closed pipe points the stream at /dev/null, and
+    the command carries on running and recording, its output dropped. Its exit status says
+    how the work went, not whether anyone read about it."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            silence(self._stream)
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            silence(self._stream)
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)

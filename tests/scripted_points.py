@@ -45,10 +45,10 @@ def scripted_point(root: Path, body: str, name: str = "scripted") -> Path:
     return built.path
 
 
-def scripted_job_point(root: Path, body: str, name: str = "job") -> Path:
+def scripted_job_point(root: Path, body: str, name: str = "job", overrides=()) -> Path:
     """A one-process build point with its generated launch.sh and job.sbatch, whose bench.py
     runs PRELUDE + body: Slurm jobs that fail, hang or end in a second, as a program may."""
-    one = ["cluster.nodes=1", "cluster.devices_per_node=1", "parallel.data=1", "train.batch=16"]
+    one = ["cluster.nodes=1", "cluster.devices_per_node=1", "parallel.data=1", "train.batch=16", *overrides]
     (plan,) = plan_spec(SPECS / "sd3.bench", targets=["cpu"], overrides=one, smoke=True).plans
     (built,) = compile_plans((plan,), root / name, sbatch=True)
     (built.path / "bench.py").write_text(PRELUDE + textwrap.dedent(body))

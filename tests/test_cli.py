@@ -49,15 +49,26 @@ def test_plan_text_lists_every_point():
 
 
 def test_targets_table_and_json():
-    assert "gaudi2" in run_cli("targets").out
+    """What benchc generates is told apart from what the chip has: fp8 is the chip's only."""
+    lines = run_cli("targets").out.splitlines()
+    assert lines[0].split()[-4:] == ["benchc", "runs", "chip", "only"]
+    gaudi2 = next(line for line in lines if line.startswith("gaudi2"))
+    assert gaudi2.split()[-2:] == ["fp32,bf16", "fp8"]
     table = json.loads(run_cli("targets", "--json").out)
     assert set(table) == {"gaudi2", "gaudi3", "a100", "h100", "h200", "cpu"}
     assert table["h100"]["peak_tflops"]["fp8"] == 1979.0 and table["cpu"]["peak_tflops"]["bf16"] is None
+    assert "fp8" in table["h100"]["precisions"] and table["h100"]["generated_precisions"] == [
+        "fp32",
+        "bf16",
+        "fp16",
+    ]
 
 
 def test_usage_errors_exit_2():
-    assert run_cli("plan").code == 2
-    assert run_cli("frobnicate").code == 2
+    missing = run_cli("plan")
+    assert missing.code == 2 and "the following arguments are required: SPEC" in missing.err
+    unknown = run_cli("frobnicate")
+    assert unknown.code == 2 and "invalid choice: 'frobnicate'" in unknown.err
 
 
 def test_real_process_exit_codes_and_no_traceback():

@@ -33,7 +33,7 @@ NASTY = [
 SPEC = """
 experiment safety {{
   description = {text}
-  model mmdit {{ depth = 2; weights = {text} }}
+  model mmdit {{ depth = 2; weights = {weights} }}
   train {{ batch = 4 }}
   targets = [{target}]
 }}
@@ -51,9 +51,15 @@ def _structure(program: str) -> str:
     return ast.dump(_Blank().visit(ast.parse(program)))
 
 
+def _control(text: str) -> bool:
+    """A control character: check refuses it in a weights path (a path holds none)."""
+    return any(ord(c) < 32 or 127 <= ord(c) < 160 for c in text)
+
+
 def _program(tmp_path, text: str, target: str) -> str:
     path = tmp_path / "safety.bench"
-    path.write_text(SPEC.format(text=json.dumps(text), target=target))
+    weights = "harmless" if _control(text) else text
+    path.write_text(SPEC.format(text=json.dumps(text), weights=json.dumps(weights), target=target))
     (plan,) = plan_spec(path).plans
     return render_point(plan)["bench.py"]
 
@@ -65,13 +71,14 @@ def test_spec_strings_arrive_as_constants(tmp_path, text, target):
     harmless = _program(tmp_path, "harmless", target)
     assert _structure(program) == _structure(harmless)
     constants = [n.value for n in ast.walk(ast.parse(program)) if isinstance(n, ast.Constant)]
-    assert constants.count(text) == 2  # description and weights, each exactly once
+    # description and weights, each exactly once (a weights path with a newline is refused)
+    assert constants.count(text) == (1 if _control(text) else 2)
 
 
 def test_launcher_and_manifest_carry_no_spec_strings_unquoted(tmp_path):
     path = tmp_path / "safety.bench"
     text = "$(touch /tmp/pwned) `id` ; rm -rf /"
-    path.write_text(SPEC.format(text=json.dumps(text), target="cpu"))
+    path.write_text(SPEC.format(text=json.dumps(text), weights=json.dumps(text), target="cpu"))
     (plan,) = plan_spec(path).plans
     files = render_point(plan, sbatch=True)
     assert "touch" not in files["launch.sh"] and "touch" not in files["job.sbatch"]
@@ -95,7 +102,7 @@ def test_point_names_from_string_sweeps_reach_shell_files_as_safe_words(tmp_path
     the rendezvous id): it arrives sanitised, and each file still parses."""
     import subprocess
 
-    nasty = ["$(touch /tmp/pwned)", "a'b\"c", "`id`; rm -rf /", "x\ny"]
+    nasty = ["$(touch /tmp/pwned)", "a'b\"c", "`id`; rm -rf /", "x y"]  # a newline: refused
     path = tmp_path / "swept.bench"
     path.write_text(SWEPT.format(target=target, values=", ".join(json.dumps(v) for v in nasty)))
     plans = plan_spec(path).plans
@@ -105,7 +112,7 @@ def test_point_names_from_string_sweeps_reach_shell_files_as_safe_words(tmp_path
         for name in ("launch.sh", "job.sbatch"):
             text = files[name]
             assert "$(touch" not in text and "`id`" not in text and "; rm -rf" not in text
-            assert "a'b" not in text and "x\ny" not in text
+            assert "a'b" not in text and "x y" not in text
             shell = tmp_path / name
             shell.write_text(text)
             assert subprocess.run(["bash", "-n", str(shell)], capture_output=True).returncode == 0

@@ -1,6 +1,8 @@
 """benchmarks/gpu_check.sh in parts (training, inference), each fitting one 8-minute call on one
-GPU; its summary (benchmarks/gpu_summary.py); the hand-written tuned training loop it measures
-the generated program against (benchmarks/handwritten_train.py). Nothing here needs a GPU."""
+GPU, dry-run (every program compiled, each launcher parsed, the budget summed) and with its
+runs failing at once; the hand-written tuned training loop it measures the generated program
+against (benchmarks/handwritten_train.py). The summary's arithmetic: tests/test_gpu_summary.py.
+Nothing here needs a GPU."""
 
 from __future__ import annotations
 
@@ -121,19 +123,60 @@ def test_the_training_part_dry_run_compiles_its_programs_and_fits_8_minutes(tmp_
     assert "| tuned/plain |  | >= 1.8 | not measured |" in (tmp_path / "summary.md").read_text()
 
 
+S5_RUNS = {"s5_l40_tuned": (40, "tuned"), "s5_l40_plain": (40, "plain"), "s5_l2_tuned": (2, "tuned"),
+           "s5_l10_tuned": (10, "tuned")}  # fmt: skip
+INFERENCE_RUNS = ["s5_l40_tuned", "s3", "s5_l40_plain", "s5_l2_tuned", "s5_l10_tuned"]
+
+
 def test_the_inference_part_dry_run_compiles_s5_and_s3_and_fits_8_minutes(tmp_path):
+    """S5 as one tensor-parallel-8 rank of Llama-2-70B on one GPU at 40 layers (tuned first,
+    then plain), 2 and 10 layers (the fit), S3 at full size with 3 timed images: each program
+    compiled for one GPU, each launcher parsed, its estimate written; the targets, the ratio
+    and the fit planned in the summary."""
     proc = gpu_check(tmp_path, "--dry-run", "inference")
     assert proc.returncode == 0, proc.stderr
     summary = check_budget(tmp_path, "inference", proc.stdout)
-    assert [row["run"] for row in summary["runs"]] == ["s5", "s3"]
-    assert summary["ratios"] == [] and proc.stdout.count("  starts: ") == 2
-    s5, program = point(tmp_path, "s5", "beluga_70b_infer")
-    assert s5["cluster"]["world_size"] == 1 and s5["model"]["layers"] == 2 and s5["model"]["hidden"] == 8192
-    assert program["infer"]["graphs"] is True and program["infer"]["kv_cache"] == "static"
+    runs = {row["run"]: row for row in summary["runs"]}
+    assert list(runs) == INFERENCE_RUNS
+    assert [name for name, row in runs.items() if not row["required"]] == ["s5_l10_tuned"]
+    assert all(row["status"] == "dry run: compiled, not run" for row in runs.values())
+    assert proc.stdout.count("  starts: ") == 5
+    started = [line.split(" (up to")[0] for line in proc.stdout.splitlines() if " (up to " in line]
+    assert started == INFERENCE_RUNS  # in this order
+    for name, (layers, tier) in S5_RUNS.items():
+        s5, program = point(tmp_path, name, "beluga_70b_infer")
+        model = s5["model"]
+        assert s5["cluster"]["world_size"] == program["world_size"] == 1 and s5["parallel"]["tensor"] == 1
+        assert (model["hidden"], model["heads"], model["kv_heads"], model["head_dim"], model["intermediate"],
+                model["layers"]) == (8192, 8, 1, 128, 3584, layers)  # fmt: skip
+        config = program["model"]["config"]
+        assert (config["head_dim"], config["num_attention_heads"], config["hidden_size"]) == (128, 8, 8192)
+        run = program["infer"]
+        assert run["graphs"] is True and run["kv_cache"] == "static"
+        assert (run["steps"], run["warmup"]) == (2, 1)
+        assert (run["batch"], run["input_tokens"], run["output_tokens"]) == (128, 128, 2048)
+        assert optimize_tier(program) == tier and program["smoke"] is False
+        (estimate,) = json.loads((tmp_path / f"{name}.estimate.json").read_text())["estimates"]
+        phases = {p["name"]: p for p in estimate["roofline"]["phases"]}
+        assert list(phases) == ["prefill", "decode"] and phases["decode"]["binding"] == "memory"
+    rank = json.loads((tmp_path / "s5_l40_tuned.estimate.json").read_text())["estimates"][0]
+    assert rank["parameters"] == 4_803_141_632 and rank["memory"]["fits"] is True
     s3, program = point(tmp_path, "s3", "sd3_large_infer")
     assert s3["cluster"]["world_size"] == program["world_size"] == 1 and program["smoke"] is False
-    assert (program["infer"]["steps"], program["infer"]["warmup"]) == (3, 1)
+    assert (program["infer"]["steps"], program["infer"]["warmup"], program["infer"]["batch"]) == (4, 1, 1)
+    assert program["infer"]["resolution"] == 1024 and optimize_tier(program) == "tuned"
     assert not (tmp_path / "hand_smoke.json").exists()
+    checks = {(c["run"], c["field"]): (c["op"], c["bound"]) for c in summary["checks"]}
+    assert checks == {("s5_l40_tuned", "decode_hbm_utilisation"): (">=", 0.6),
+                      ("s5_l40_tuned", "decode_roofline_fraction"): (">=", 0.6),
+                      ("s3", "startup_s"): ("<=", 20), ("s3", "compile_s"): ("<=", 120),
+                      ("s3", "s_per_image"): ("<=", 3.8)}  # fmt: skip
+    (ratio,) = summary["ratios"]
+    assert (ratio["numerator"], ratio["denominator"], ratio["field"], ratio["bound"]) == (
+        "s5_l40_plain", "s5_l40_tuned", "tpot_s", None)  # fmt: skip
+    (fit,) = summary["fits"]
+    assert fit["y"] == "tpot_s" and fit["runs"] == ["s5_l2_tuned", "s5_l10_tuned", "s5_l40_tuned"]
+    assert fit["a"] is None and fit["note"] == "not enough runs finished (0 of 3; 2 needed)"
 
 
 @pytest.mark.parametrize("args", [[], ["train"], ["training", "inference"], ["training", "--dry"],
@@ -162,129 +205,18 @@ def test_a_part_whose_runs_all_fail_still_reports_each_in_its_summary(tmp_path):
         stub.chmod(0o755)
     out = tmp_path / "out"
     env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHON": str(bin_dir / "python")}
-    proc = gpu_check(out, "inference", env=env, timeout=300)
+    proc = gpu_check(out, "inference", env=env, timeout=400)
     assert proc.returncode == 0, proc.stderr
-    assert "== s5 (up to 180 s)" in proc.stdout and "s3 ended with status 1" in proc.stdout
+    assert "== s5_l40_tuned (up to 105 s)" in proc.stdout and "s3 ended with status 1" in proc.stdout
     summary = json.loads((out / "summary.json").read_text())
     assert summary["mode"] == "gpu" and summary["gpu"] == ["Stub H200, 143771 MiB, 0"]
+    assert [row["run"] for row in summary["runs"]] == INFERENCE_RUNS  # the optional one too: time was left
     for row in summary["runs"]:
         assert row["status"].startswith("failed: this program is built for CUDA (h200)"), row
         assert row["exit_status"] == 1 and row["limit_s"] == row["planned_limit_s"]
+    assert all(c["result"] == "not measured" for c in summary["checks"] + summary["ratios"])
     events = [line.split("\t")[0] for line in (out / "events.tsv").read_text().splitlines()]
-    assert events == ["part", "plan", "plan", "start", "end", "start", "end"]
-
-
-# ---- the summary -------------------------------------------------------------------------
-
-
-def metrics(median: float, spread: float = 0.02, **extra) -> dict:
-    """A benchc metrics file of a finished run, as the generated programs write them."""
-    times = [median * (1 - spread), median, median * (1 + spread)]
-    flops = 1736469577728.0
-    images = 16 / median
-    return {
-        "schema": "benchc-metrics", "schema_version": 1, "status": "ok", "experiment": "sd3_mmdit_train",
-        "target": "h200", "point": "default", "smoke": False, "workload": "train", "error": None,
-        "device_name": "NVIDIA H200", "startup_s": 12.5, "compile_s": None, "warmup_s": 40.0,
-        "steps": {"total": 50, "warmup": 10, "measured": 40},
-        "step_time_s": {"median": median, "p10": times[0], "p90": times[2], "mean": median, "all": times},
-        "throughput": {"unit": "images/s", "job": images, "per_device": images, "samples_per_step": 16},
-        "flops": {"model_flops_per_sample": flops, "achieved_per_device": flops * images,
-                  "peak_per_device": 989e12, "mfu": flops * images / 989e12},
-        "peak_memory_bytes": 40 * 2**30, **extra,
-    }  # fmt: skip
-
-
-def test_the_summary_turns_metrics_files_into_the_expected_ratios(tmp_path):
-    """Tuned 50 ms, plain 100 ms, hand-written 49.5 ms, batch 32 failed, S4 timed out without
-    metrics; a line cut short by a kill is ignored."""
-    summary_module = load("gpu_summary")
-    events = [
-        "part\ttraining\th200\tgpu\t470\t480\t10\t15",
-        "plan\ts1_b16_tuned\t150\t100\trequired\tS1 batch 16, tuned",
-        "plan\ts1_b16_plain\t60\t45\trequired\tS1 batch 16, plain",
-        "plan\thand_b16\t120\t60\trequired\thand-written tuned loop, batch 16",
-        "plan\ts1_b32_tuned\t90\t60\trequired\tS1 batch 32, tuned",
-        "plan\ts4\t120\t90\toptional\tS4",
-        "ratio\ttuned/plain\ts1_b16_plain\ts1_b16_tuned\t>=\t1.8\tspeedup",
-        "ratio\tgenerated/hand-written\ts1_b16_tuned\thand_b16\t<=\t1.02\tstep / step",
-        "check\ts1_b16_tuned\tmfu\t>=\t0.35",
-        "check\ts1_b16_tuned\tp90_p10\t<=\t1.05",
-        "check\ts1_b16_tuned\tcompile_s\t<=\t90",
-        "check\ts1_b32_tuned\tmfu\t>=\t0.35",
-        "start\ts1_b16_tuned\t150", "end\ts1_b16_tuned\t0\t71",
-        "start\ts1_b16_plain\t60", "end\ts1_b16_plain\t0\t29",
-        "start\thand_b16\t120", "end\thand_b16\t0\t55",
-        "start\ts1_b32_tuned\t90", "end\ts1_b32_tuned\t1\t33",
-        "start\ts4\t120", "end\ts4\t124\t130",
-        "end\ts4\t0",  # cut short by SIGKILL while being written
-    ]  # fmt: skip
-    (tmp_path / "events.tsv").write_text("\n".join(events) + "\n")
-    tuned = metrics(0.050, optimize="tuned", compile_s=61.0, optimize_detail={"compile": "regional"})
-    (tmp_path / "s1_b16_tuned.json").write_text(json.dumps(tuned))
-    (tmp_path / "s1_b16_plain.json").write_text(json.dumps(metrics(0.100, spread=0.1, optimize="plain")))
-    hand = metrics(0.0495, optimize="handwritten", compile_s=30.0)
-    hand["schema"] = "handwritten-train"
-    (tmp_path / "hand_b16.json").write_text(json.dumps(hand))
-    failed = {**metrics(0.1), "status": "failed", "step_time_s": None, "throughput": None, "flops": None,
-              "error": {"type": "OutOfMemoryError", "message": "CUDA out of memory.\nTried to allocate 2 GiB",
-                        "rank": 0, "traceback": ""}}  # fmt: skip
-    (tmp_path / "s1_b32_tuned.json").write_text(json.dumps(failed))
-    estimate = {"estimates": [{"roofline": {"seconds": 0.0281, "peak_flops_per_device": 989e12}}]}
-    (tmp_path / "s1_b16_tuned.estimate.json").write_text(json.dumps(estimate))
-
-    assert summary_module.main(["write", str(tmp_path)]) == 0
-    summary = json.loads((tmp_path / "summary.json").read_text())
-    ratios = {r["ratio"]: r for r in summary["ratios"]}
-    assert ratios["tuned/plain"]["value"] == pytest.approx(2.0) and ratios["tuned/plain"]["result"] == "met"
-    gen = ratios["generated/hand-written"]
-    assert gen["value"] == pytest.approx(0.050 / 0.0495) and gen["result"] == "met"
-    runs = {row["run"]: row for row in summary["runs"]}
-    t = runs["s1_b16_tuned"]
-    assert t["status"] == "ok" and t["optimize"] == "tuned" and t["elapsed_s"] == 71
-    assert t["mfu"] == pytest.approx(1736469577728.0 * 16 / 0.05 / 989e12)  # 56.2 %
-    assert t["roofline_fraction"] == pytest.approx(0.0281 / 0.050)
-    assert t["p90_p10"] == pytest.approx(1.02 / 0.98) and t["compile_s"] == 61.0 and t["startup_s"] == 12.5
-    assert t["peak_memory_gib"] == pytest.approx(40.0) and t["throughput"] == pytest.approx(320.0)
-    assert runs["s1_b16_plain"]["roofline_fraction"] is None  # no estimate file for it
-    assert runs["s1_b32_tuned"]["status"] == "failed: CUDA out of memory. Tried to allocate 2 GiB"
-    assert runs["s4"]["status"] == "timed out at 120 s, no metrics (see s4.log)"
-    assert runs["s4"]["exit_status"] == 124
-    checks = {(c["run"], c["field"]): (c["value"], c["result"]) for c in summary["checks"]}
-    assert checks[("s1_b16_tuned", "mfu")][1] == "met" and checks[("s1_b16_tuned", "p90_p10")][1] == "met"
-    assert checks[("s1_b16_tuned", "compile_s")] == (61.0, "met")
-    assert checks[("s1_b32_tuned", "mfu")] == (None, "not measured")
-    assert summary["budget"]["planned_total_s"] == 15 + 150 + 60 + 120 + 90 + 4 * 10
-    text = (tmp_path / "summary.md").read_text()
-    assert "| tuned/plain | 2.000 | >= 1.8 | met | speedup |" in text
-    row = "| s1_b16_tuned: S1 batch 16, tuned | ok | 71 / 150 | 0.05 | 1.041 | 320 images/s | 56.2% | 56.2% |"
-    assert row in text
-
-    # cut short: hand_b16 still running when the part was killed, the rest never started
-    (tmp_path / "events.tsv").write_text("\n".join(events[:17]) + "\n")
-    (tmp_path / "hand_b16.json").unlink()
-    summary = summary_module.summarize(tmp_path)
-    runs = {row["run"]: row["status"] for row in summary["runs"]}
-    assert runs["hand_b16"] == "running or cut short (limit 120 s), no metrics yet"
-    assert runs["s4"] == "not run yet" and runs["s1_b16_tuned"] == "ok"
-    ratios = {r["ratio"]: (r["value"], r["result"]) for r in summary["ratios"]}
-    assert ratios["generated/hand-written"] == (None, "not measured")
-    assert ratios["tuned/plain"][1] == "met"
-
-
-def test_the_summary_reports_skipped_and_unreadable_runs(tmp_path):
-    (tmp_path / "events.tsv").write_text(
-        "part\tinference\th200\tgpu\t470\t480\t10\t15\n"
-        "plan\ts5\t180\t120\trequired\tS5\nplan\ts3\t250\t150\trequired\tS3\n"
-        "start\ts5\t180\nend\ts5\t137\t190\nskip\ts3\tonly 100 s left of the part's 470 s, it needs 150\n"
-    )
-    (tmp_path / "s5.json").write_text('{"status": "ok", "step_')
-    assert load("gpu_summary").main(["write", str(tmp_path), "--print"]) == 0
-    runs = json.loads((tmp_path / "summary.json").read_text())["runs"]
-    assert [r["status"] for r in runs] == [
-        "metrics file unreadable",
-        "skipped: only 100 s left of the part's 470 s, it needs 150",
-    ]
+    assert events == ["part"] + ["plan"] * 5 + ["ratio"] + ["check"] * 5 + ["fit"] + ["start", "end"] * 5
 
 
 # ---- the hand-written loop ---------------------------------------------------------------

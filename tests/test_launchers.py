@@ -272,7 +272,8 @@ def test_slurm_settings_are_checked_with_a_location(tmp_path, setting, message):
     result = run_cli("check", "specs/sd3.bench", "--set", setting, cwd=REPO)
     assert result.code == 2, result.out
     assert message in result.err and "--set[1]:1:" in result.err and "Traceback" not in result.err
-    assert run_cli("compile", "specs/sd3.bench", "--set", setting, "-o", str(tmp_path), cwd=REPO).code == 2
+    compiled = run_cli("compile", "specs/sd3.bench", "--set", setting, "-o", str(tmp_path), cwd=REPO)
+    assert compiled.code == 2 and message in compiled.err
     assert not any(tmp_path.iterdir())
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -120,7 +122,15 @@ def test_statistics():
     assert (one.n, one.median, one.ci_low, one.cv, one.noisy) == (1, 10.0, None, None, False)
     quiet = summarize([100.0, 101.0, 99.0])
     assert quiet.median == 100.0 and not quiet.noisy
-    assert quiet.ci_low == pytest.approx(100.0 - 4.303 * 1.0 / 3**0.5)
+    logs = [math.log(v) for v in (100.0, 101.0, 99.0)]  # positive: the geometric mean's interval
+    half = 4.303 * statistics.stdev(logs) / 3**0.5
+    assert quiet.ci_low == pytest.approx(math.exp(statistics.fmean(logs) - half))
+    assert quiet.ci_high == pytest.approx(math.exp(statistics.fmean(logs) + half))
+    assert quiet.ci_low == pytest.approx(100.0 - 4.303 * 1.0 / 3**0.5, rel=1e-3)  # near the mean's
+    spread = summarize([289 * 0.2, 289 * 1.8])  # two far-apart trials: the mean's would go below 0
+    assert 0 < spread.ci_low < spread.median < spread.ci_high
+    signed = summarize([-1.0, 2.0])  # not a positive quantity: the mean's interval
+    assert signed.ci_low == pytest.approx(0.5 - 12.706 * statistics.stdev([-1.0, 2.0]) / 2**0.5)
     assert t95(1) == 12.706 and t95(22) == 2.086 and t95(1000) == 1.960  # between rows: the smaller df
 
 

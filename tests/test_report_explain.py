@@ -338,7 +338,7 @@ def test_a_bad_prices_block_is_refused_by_check_at_its_place(tmp_path):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert f'{spec}:6:16: error: "U S D" is not a valid prices.currency' in proc.stderr
     assert f"{spec}:7:23: error: unknown target 'h10' in prices" in proc.stderr
-    assert f"{spec}:7:41: error: prices.per_device_hour.h100 must be greater than 0" in proc.stderr
+    assert f"{spec}:7:41: error: prices.per_device_hour.h100 must be at least 0.0001, not 0" in proc.stderr
     spec.write_text(spec.read_text().replace('"U S D"', '"USD"').replace("h10 = 4.0; h100 = 0", "h100 = 4"))
     proc = subprocess.run([sys.executable, "-m", "benchc", "check", str(spec)], cwd=REPO,
                           capture_output=True, text=True, timeout=120)  # fmt: skip

@@ -183,7 +183,8 @@ def test_show_and_export(tmp_path):
     records = Store(db).runs()
     shown = json.loads(benchc("show", records[0].id[:6], db=db).stdout)
     assert shown["id"] == records[0].id and shown["metrics"]["throughput"]["job"] == 150.0
-    assert benchc("show", "nope", db=db).returncode == 2
+    missing = benchc("show", "nope", db=db)
+    assert missing.returncode == 2 and "no run 'nope' in the results store" in missing.stderr
     exported = json.loads(benchc("export", "--format", "json", db=db).stdout)
     assert [r["id"] for r in exported] == [r.id for r in records]
     rows = benchc("export", "--format", "csv", db=db).stdout.splitlines()
@@ -192,11 +193,13 @@ def test_show_and_export(tmp_path):
 
 
 def test_store_versions_and_bad_files(tmp_path):
+    from benchc.results.migrations import SCHEMA_VERSION
+
     db = tmp_path / "r.db"
     with Store(db) as store:
-        assert store.schema_version == 2
+        assert store.schema_version == SCHEMA_VERSION == 3
     with Store(db) as store:  # opening again migrates nothing
-        assert store.schema_version == 2
+        assert store.schema_version == SCHEMA_VERSION
     newer = tmp_path / "newer.db"
     sqlite3.connect(newer).execute("PRAGMA user_version = 99").connection.commit()
     result = run_benchc("runs", "--db", str(newer))
@@ -222,7 +225,7 @@ def test_a_version_1_store_is_migrated_and_keeps_its_runs(tmp_path):
     old.commit()
     old.close()
     with Store(db) as store:
-        assert store.schema_version == 2
+        assert store.schema_version == 3  # migrated through every version
         (record,) = store.runs()
     assert (record.id, record.status, record.job_id, record.metrics_sha256) == ("r1", "ok", None, None)
 

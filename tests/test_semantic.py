@@ -82,6 +82,12 @@ CASES = [
         "head_dim = hidden / heads",
     ),
     (
+        "llama head_dim even",
+        spec(model="model llama { hidden = 64; layers = 1; heads = 4; head_dim = 8; intermediate = 128 }"),
+        spec(model="model llama { hidden = 64; layers = 1; heads = 4; head_dim = 9; intermediate = 128 }"),
+        "head_dim % 2 == 0",
+    ),
+    (
         "heads multiple of kv heads",
         spec(model="model llama { hidden = 64; layers = 1; heads = 4; kv_heads = 2; intermediate = 128 }"),
         spec(model="model llama { hidden = 64; layers = 1; heads = 4; kv_heads = 3; intermediate = 128 }"),

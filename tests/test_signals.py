@@ -63,7 +63,9 @@ def point(tmp_path_factory, request) -> Path:
 
 
 @pytest.mark.parametrize("sig, status, code", [(signal.SIGINT, "interrupted", 130),
-                                               (signal.SIGTERM, "terminated", 143)])  # fmt: skip
+                                               (signal.SIGTERM, "terminated", 143),
+                                               (signal.SIGHUP, "terminated", 129),
+                                               (signal.SIGQUIT, "terminated", 131)])  # fmt: skip
 def test_a_signal_at_any_moment_ends_everything_and_is_recorded(point, tmp_path, sig, status, code):
     chance = random.Random(f"{sig}-{TRIALS}")
     for trial in range(TRIALS):

@@ -6,7 +6,6 @@ the device."""
 from __future__ import annotations
 
 import difflib
-import importlib.util
 import json
 import os
 import subprocess
@@ -16,20 +15,11 @@ from pathlib import Path
 import pytest
 import torch
 from codegen_helpers import in_repo, plan_literal, spec_files
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
+from program_helpers import WORKLOADS, FrameCounter, compile_point, load_program
 
 from benchc.pipeline import plan_spec
 
 from conftest import REPO, run_cli
-
-WORKLOADS = {  # spec: experiment
-    "sd3.bench": "sd3_mmdit_train",
-    "beluga-train.bench": "beluga_70b_train",
-    "sd3-infer.bench": "sd3_large_infer",
-    "beluga-infer.bench": "beluga_70b_infer",
-}
-ONE_PROCESS = ("cluster.nodes=1", "cluster.devices_per_node=1", "parallel.data=1")
 
 
 def code_outside_plan(program: str) -> list[str]:
@@ -83,9 +73,18 @@ def test_the_knobs_of_each_tier_are_those_the_docs_list():
     assert knobs("cpu")["compile"] == "off" and knobs("cpu")["qkv"] == "fused"
     # diffusers' fused projections apply no q/k norm: not offered for an MMDiT with qk_norm
     assert knobs("h100", "model.mmdit.qk_norm=rms_norm")["qkv"] == "separate"
-    # generation brings a mask: no flash kernel in its list; transformers compiles its decode
-    assert knobs("h100", spec="beluga-infer.bench")["attention"] == "cudnn>efficient"
-    assert knobs("h100", spec="beluga-infer.bench")["compile"] == "off"
+    # generation brings a mask: no flash kernel in its list; tuned runs benchc's decode loop,
+    # its step compiled (a dynamic cache keeps generate); plain transformers' generate
+    assert knobs("h100", spec="beluga-infer.bench") == {
+        "compile": "on", "attention": "cudnn>efficient", "cudnn_benchmark": "on", "decode": "loop",
+    }  # fmt: skip
+    assert knobs("h100", "optimize=plain", spec="beluga-infer.bench")["decode"] == "generate"
+    assert knobs("h100", "optimize=plain", spec="beluga-infer.bench")["compile"] == "off"
+    dynamic = knobs("h100", "infer.kv_cache=dynamic", "infer.graphs=false", spec="beluga-infer.bench")
+    assert dynamic["decode"] == "generate" and dynamic["compile"] == "off"
+    assert knobs("cpu", spec="beluga-infer.bench")["decode"] == "loop"
+    assert knobs("cpu", spec="beluga-infer.bench")["compile"] == "off"
+    assert knobs("gaudi2", spec="beluga-infer.bench")["decode"] == "generate"
     # the SD3 pipeline's MMDiT is compiled block by block under tuned, not under plain
     assert knobs("h100", spec="sd3-infer.bench")["compile"] == "regional"
     assert knobs("h100", "optimize=plain", spec="sd3-infer.bench")["compile"] == "off"
@@ -103,17 +102,6 @@ def test_the_plan_shows_the_tier_and_a_point_under_plain_is_named_for_it():
     assert [p.point for p in swept] == ["default"] and swept[0].tuning.tier == "tuned"
     bad = run_cli("check", "specs/sd3.bench", "--set", "optimize=fastest", cwd=REPO)
     assert bad.code == 2 and "--set[1]:1:10" in bad.err and "plain, tuned" in bad.err
-
-
-def compile_point(tmp_path: Path, spec: str, *overrides: str) -> Path:
-    """One process on the CPU, shrunk (S4 in bf16: accelerate has no fp16 on the CPU)."""
-    llama = ("train.global_batch=4", "train.precision=bf16") if spec == "beluga-train.bench" else ()
-    sets = [arg for o in (*ONE_PROCESS, *llama, *overrides) for arg in ("--set", o)]
-    result = run_cli("compile", f"specs/{spec}", "--smoke", "--target", "cpu", "-o", str(tmp_path), *sets,
-                     cwd=REPO)  # fmt: skip
-    assert result.code == 0, result.err
-    points = sorted(p.parent for p in tmp_path.glob(f"{WORKLOADS[spec]}/cpu/*/bench.py"))
-    return points[0]  # S1's first batch
 
 
 TRAINING = [("sd3.bench", "torch", "tuned"), ("sd3.bench", "torch", "plain"),
@@ -148,24 +136,6 @@ def test_no_host_synchronisation_inside_the_measured_steps(tmp_path, spec, runti
     assert set(metrics["numerics"]) == {"tf32_matmul", "tf32_cudnn", "cudnn_benchmark"}
     assert metrics["device_state"] == {"start": None, "end": None}  # the CPU has no vendor tool
     assert metrics["phase"] == "measuring"
-
-
-def load_program(path: Path):
-    spec = importlib.util.spec_from_file_location(f"bench_{path.parent.name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-class FrameCounter:
-    """A torch.compile backend that counts the graphs it is given and their nodes."""
-
-    def __init__(self) -> None:
-        self.graphs = []
-
-    def __call__(self, graph_module, example_inputs):
-        self.graphs.append(len(graph_module.graph.nodes))
-        return graph_module.forward
 
 
 @pytest.mark.parametrize(
@@ -282,6 +252,41 @@ def test_the_sd3_pipeline_parts_are_built_on_the_device_in_its_precision(tmp_pat
     assert torch.get_default_dtype() == torch.float32  # made_on restores it
 
 
+def test_local_sd3_weights_load_in_the_precision_onto_the_device_through_device_map(tmp_path):
+    """With `weights`, the pipeline is diffusers' from_pretrained with torch_dtype and the
+    adapter's device_map: the CPU program's own build_pipeline loads a saved tiny pipeline in
+    bf16 on its device, weights equal to those saved. The CUDA adapter's device_map is
+    "cuda", the value diffusers accepts on a CUDA machine (its supported maps are "balanced"
+    and get_device(), which names "cuda" where torch finds a GPU); Gaudi's loads on the host."""
+    import inspect
+
+    from diffusers import StableDiffusion3Pipeline
+    from diffusers.pipelines import pipeline_utils
+    from diffusers.utils import torch_utils
+
+    module = load_program(compile_point(tmp_path / "build", "sd3-infer.bench") / "bench.py")
+    model_plan, device = module.PLAN["model"], module.Device(0)
+    assert device.weights_options() == {"device_map": "cpu"}
+    cpu = torch.device("cpu")
+    saved = module.build_pipeline(model_plan, StableDiffusion3Pipeline, {}, {}, torch.float32, cpu)
+    saved.save_pretrained(tmp_path / "weights")
+    local = {**model_plan, "weights": str(tmp_path / "weights")}
+    pipe = module.build_pipeline(
+        local, StableDiffusion3Pipeline, {}, device.weights_options(), torch.bfloat16, cpu
+    )
+    for name in ("transformer", "vae", "text_encoder", "text_encoder_2", "text_encoder_3"):
+        params = list(getattr(pipe, name).parameters())
+        assert {p.dtype for p in params} == {torch.bfloat16} and {p.device for p in params} == {cpu}, name
+    original = saved.transformer.state_dict()
+    for key, value in pipe.transformer.state_dict().items():
+        assert torch.equal(value, original[key].to(torch.bfloat16)), key
+    assert '"device_map": "cuda"' in spec_files("sd3-infer.bench", "h100")["bench.py"]
+    gaudi = spec_files("sd3-infer.bench", "gaudi2")["bench.py"].split("def weights_options(self) -> dict:")[1]
+    assert gaudi.split("def ")[0].rstrip().endswith("return {}")
+    assert 'SUPPORTED_DEVICE_MAP = ["balanced"] + [get_device()]' in inspect.getsource(pipeline_utils)
+    assert 'if torch.cuda.is_available():\n        return "cuda"' in inspect.getsource(torch_utils.get_device)
+
+
 def load_program_without_main(path: Path):
     """Import a generated program as a module (its main() does not run on import)."""
     return load_program(path)
@@ -295,61 +300,6 @@ def test_a_compiled_program_must_warm_up_before_it_measures():
         result = run_cli("check", "specs/sd3.bench", "--target", "h100", "--set", "train.warmup=0", *allowed,
                          cwd=REPO)  # fmt: skip
         assert result.code == 0, result.err
-
-
-class ShapeRecorder(TorchDispatchMode):
-    """Every tensor shape the operators below it produce."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.shapes = set()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for tensor in tree_leaves(out):
-            if isinstance(tensor, torch.Tensor):
-                self.shapes.add(tuple(tensor.shape))
-        return out
-
-
-def test_generation_attends_to_grouped_heads_without_repeating_the_cache(tmp_path):
-    """S5's grouped-query attention (model_llama.py.j2's grouped_sdpa, registered through
-    transformers' attention interface): decoding with a static cache creates no tensor of the
-    query-head count over the whole cache length (transformers' SDPA path does: the check can
-    fail), and its tokens equal transformers' own greedy generate."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    point = compile_point(tmp_path, "beluga-infer.bench", "parallel.tensor=1", "infer.precision=fp32")
-    module = load_program(point / "bench.py")
-    model_plan, run = module.PLAN["model"], module.PLAN["infer"]
-    config = model_plan["config"]
-    heads, kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
-    assert kv_heads < heads and config["attn_implementation"] == "benchc_grouped_sdpa"
-    prompt = torch.randint(0, config["vocab_size"], (run["batch"], run["input_tokens"]))
-    cache = run["input_tokens"] + run["output_tokens"] - 1  # the last token is never attended from
-    head_dim = config["hidden_size"] // heads
-    repeated, cached = (run["batch"], heads, cache, head_dim), (run["batch"], kv_heads, cache, head_dim)
-
-    def generate(model):
-        recorder = ShapeRecorder()
-        with torch.no_grad(), recorder:
-            tokens = model.generate(
-                input_ids=prompt, attention_mask=torch.ones_like(prompt), do_sample=False, pad_token_id=0,
-                max_new_tokens=run["output_tokens"], min_new_tokens=run["output_tokens"],
-                cache_implementation="static",
-            )  # fmt: skip
-        return tokens, recorder.shapes
-
-    torch.manual_seed(0)
-    grouped = module.build_model(model_plan).eval()
-    torch.manual_seed(0)
-    reference = LlamaForCausalLM(LlamaConfig(**{**config, "attn_implementation": "sdpa"})).eval()
-    tokens, shapes = generate(grouped)
-    expected, reference_shapes = generate(reference)
-    assert cached in shapes and cached in reference_shapes  # the static cache: the length is right
-    assert repeated in reference_shapes  # transformers repeats the cache's K/V for every query head
-    assert repeated not in shapes
-    assert torch.equal(tokens, expected)
 
 
 # One rank of the agreement test: join a gloo group of 2, ask the program how long its window

@@ -1,11 +1,13 @@
 """Run a generated program in this process and count host synchronisations in its measured
-window: a TorchDispatchMode counts `aten._local_scalar_dense` (what `.item()`, `float(t)`,
-`bool(t)` and `tolist()` of a device tensor dispatch to) from the window's entry to its exit.
+windows: a TorchDispatchMode counts `aten._local_scalar_dense` (what `.item()`, `float(t)`,
+`bool(t)` and `tolist()` of a device tensor dispatch to) from a window's entry to its exit.
 
     python tests/window_probe.py PROGRAM.py METRICS.json COUNTS.json
 
-The program is the generated bench.py, unchanged; only its MeasuredWindow class is wrapped
-so the counter runs exactly while the window is open (after its own entry synchronisation).
+The program is the generated bench.py, unchanged; only its window classes are wrapped so the
+counter runs exactly while a window is open (after its own entry synchronisation, before its
+exit's): training's MeasuredWindow (the measured steps), generation's TimedCall (each timed
+generate call, one-token and full). COUNTS.json has the totals and each window's syncs.
 """
 
 from __future__ import annotations
@@ -59,18 +61,24 @@ def main(program: str, metrics: str, counts: str) -> int:
     counter.syncs = counter.ops = 0
     windows = []
 
-    class CountedWindow(module.MeasuredWindow):
-        def __enter__(self):
-            entered = super().__enter__()
-            counter.__enter__()
-            windows.append(1)
-            return entered
+    def counted(window):
+        class Counted(window):
+            def __enter__(self):
+                entered = super().__enter__()
+                self.syncs_before = counter.syncs
+                counter.__enter__()
+                return entered
 
-        def __exit__(self, *exc):
-            counter.__exit__(*exc)
-            return super().__exit__(*exc)
+            def __exit__(self, *exc):
+                counter.__exit__(*exc)
+                windows.append(counter.syncs - self.syncs_before)
+                return super().__exit__(*exc)
 
-    module.MeasuredWindow = CountedWindow
+        return Counted
+
+    for name in ("MeasuredWindow", "TimedCall"):
+        if hasattr(module, name):
+            setattr(module, name, counted(getattr(module, name)))
     code = module.main(["--metrics", metrics])
     with open(counts, "w") as out:
         json.dump(
@@ -79,6 +87,7 @@ def main(program: str, metrics: str, counts: str) -> int:
                 "host_step_counts": counter.host_step_counts,
                 "ops": counter.ops,
                 "windows": len(windows),
+                "syncs_per_window": windows,
             },
             out,
         )

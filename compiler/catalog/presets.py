@@ -86,3 +86,6 @@ SMOKE_MODEL = {
     },
 }
 SMOKE_MODEL["sd3"] = {**SMOKE_MODEL["mmdit"], "t5_tokens": 16}
+# A Llama whose head_dim is not hidden / heads (q and o not square) keeps that path, shrunk:
+# the smoke model's 4 heads x 16 = 64 query width against its hidden size of 128.
+SMOKE_LLAMA_HEAD_DIM = 16

@@ -4,8 +4,10 @@ state, exit code and log tail where a trial wrote none."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from ..diagnostics import BenchError
@@ -25,6 +27,7 @@ CANCEL_WAIT_S = 30.0
 # How a job's end reads for the runs that wrote no (successful) metrics.
 STATUS_OF_STATE = {"COMPLETED": "failed", "TIMEOUT": "timeout", "DEADLINE": "timeout",
                    "CANCELLED": "cancelled", slurm.UNKNOWN: "unknown"}  # fmt: skip
+TRIAL_LINE = re.compile(r"benchc: trial (\d+) of (\d+)")  # job.sbatch, before each trial
 
 
 @frozen
@@ -96,12 +99,25 @@ def refresh(store: Store, records: list[RunRecord]) -> list[Change]:
         if state.ended:
             changes += collect(store, trials, state)
             continue
-        status = "pending" if state.state == "PENDING" else "running"
+        current = current_trial(trials[0]) if state.state != "PENDING" else 0
         for record in trials:
+            # a running job runs its trials one after another: the later ones are still pending
+            status = "running" if 0 < record.trial <= current else "pending"
             if (record.status, record.job_state) != (status, state.state):
                 store.follow_job(record.id, status, state.state)
                 changes.append(Change(record, status, state.state))
     return changes
+
+
+def current_trial(record: RunRecord) -> int:
+    """The trial a running job is at: job.sbatch's last "benchc: trial N of M" line in the log
+    (1 until it has written one)."""
+    if record.log_path:
+        for line in reversed(log_tail(Path(record.log_path), 200).splitlines()):
+            match = TRIAL_LINE.search(line)
+            if match:
+                return int(match.group(1))
+    return 1
 
 
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
@@ -115,8 +131,10 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def collect(store: Store, trials: list[RunRecord], state: slurm.JobState, note: str = "") -> list[Change]:
-    """The job has ended: store each trial's metrics, or how the job ended where it wrote none."""
+def collect(store: Store, trials: list[RunRecord], state: slurm.JobState, note: str = "",
+            cancelled: bool = False) -> list[Change]:  # fmt: skip
+    """The job has ended: store each trial's metrics, or how the job ended where it wrote none.
+    `cancelled`: benchc cancel ended it, which is the cause of a trial that wrote no metrics."""
     changes = []
     run_dir = Path(trials[0].run_dir or ".")
     tail = log_tail(run_dir / LOG)
@@ -144,6 +162,8 @@ def collect(store: Store, trials: list[RunRecord], state: slurm.JobState, note: 
             else:
                 status = STATUS_OF_STATE.get(state.state, "failed")
                 why = f"invalid metrics: {invalid}" if invalid else failure_cause(None, ranks, None, tail)
+                if cancelled and not invalid:
+                    why = "cancelled by benchc cancel"
                 cause = f"{ended} before trial {record.trial} wrote metrics; {why}"
                 store.finish(record.id, status, cause, None, tail, job_state=state.state,
                              exit_code=state.exit_code)  # fmt: skip
@@ -177,9 +197,15 @@ def follow(store: Store, run_ids: set[str] | None, say: Callable[[str], None],
                 f"job {r.job_id} {change.job_state}  [run {r.id}]")  # fmt: skip
         active = [r for r in store.submitted(active_only=True) if run_ids is None or r.id in run_ids]
         if active:
-            jobs = {r.job_id: r for r in active}
-            parts = [f"job {j} {r.job_state}" + (f" {last_step(r)}" if r.status == "running" else "")
-                     for j, r in sorted(jobs.items())]  # fmt: skip
+            jobs = {}  # each job's running trial (else its first): the one whose step is shown
+            for record in active:
+                shown = jobs.get(record.job_id)
+                if shown is None or (record.status == "running" and shown.status != "running"):
+                    jobs[record.job_id] = record
+            parts = []
+            for job_id, record in sorted(jobs.items()):
+                step = last_step(record) if record.status == "running" else ""
+                parts.append(" ".join(word for word in (f"job {job_id}", record.job_state, step) if word))
             line = "waiting: " + ", ".join(parts)
             now = time.monotonic()
             if line != last_line or now - last_said > 30:
@@ -190,23 +216,28 @@ def follow(store: Store, run_ids: set[str] | None, say: Callable[[str], None],
 
 
 def cancel(store: Store, records: list[RunRecord], say: Callable[[str], None]) -> list[RunRecord]:
-    """scancel the jobs of `records`, wait for them to end, and store how they ended."""
+    """scancel the jobs of `records` and store how they ended, as soon as Slurm has acted on the
+    cancel: a job still completing (its processes being stopped) is CANCELLED already, with
+    the exit code Slurm reports for it; one Slurm has not acted on within CANCEL_WAIT_S is
+    recorded cancelled with what Slurm says of it then."""
     jobs = _jobs(records)
     if not jobs:
         return []
     slurm.scancel(list(jobs))
-    say(f"cancelled job{'s' if len(jobs) > 1 else ''} {', '.join(sorted(jobs))}; waiting for "
-        f"{'them' if len(jobs) > 1 else 'it'} to end")  # fmt: skip
+    say(f"cancelled job{'s' if len(jobs) > 1 else ''} {', '.join(sorted(jobs))}")
     ids = {r.id for trials in jobs.values() for r in trials}
     deadline = time.monotonic() + CANCEL_WAIT_S
-    while time.monotonic() < deadline:
-        active = [r for r in store.submitted(active_only=True) if r.id in ids]
-        if not active:
-            break
-        refresh(store, active)
-        time.sleep(0.5)
-    left = _jobs([r for r in store.submitted(active_only=True) if r.id in ids])
-    for job_id, trials in left.items():  # still ending: record the cancel without waiting more
-        state = slurm.JobState(job_id, "CANCELLED", None, None)
-        collect(store, trials, state, note=f" (benchc cancel; not ended after {CANCEL_WAIT_S:g} s)")
+    while jobs and time.monotonic() < deadline:
+        for job_id, state in slurm.states(list(jobs)).items():
+            if state.state in ("COMPLETING", slurm.UNKNOWN, *slurm.ENDED):
+                final = slurm.job_state(job_id) or state  # scontrol has the exit code
+                stopping = final.state in ("COMPLETING", "CANCELLED", slurm.UNKNOWN)
+                ended = "CANCELLED" if stopping else final.state  # or what it ended as just before
+                collect(store, jobs.pop(job_id), replace(final, state=ended), cancelled=ended == "CANCELLED")
+        if jobs:
+            time.sleep(0.5)
+    for job_id, trials in jobs.items():  # Slurm has not acted on the cancel yet
+        final = slurm.job_state(job_id) or slurm.JobState(job_id, "CANCELLED", None, None)
+        note = f" (benchc cancel; Slurm still reported {final.state} after {CANCEL_WAIT_S:g} s)"
+        collect(store, trials, replace(final, state="CANCELLED"), note=note, cancelled=True)
     return [r for r in store.submitted() if r.id in ids]

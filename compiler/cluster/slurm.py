@@ -104,6 +104,12 @@ def states(job_ids: list[str]) -> dict[str, JobState]:
     return found
 
 
+def job_state(job_id: str) -> JobState | None:
+    """What scontrol says of one job now (its exit code included, even while completing);
+    None once Slurm has forgotten it."""
+    return _scontrol_state(job_id)
+
+
 def _scontrol_state(job_id: str) -> JobState | None:
     proc = _run([command("scontrol"), "show", "job", "-o", job_id])
     if proc.returncode != 0:

@@ -144,7 +144,13 @@ def job_time(plan: Plan) -> str:
     """The job's time limit: the spec's, else every trial's timeout plus a margin (HH:MM:SS)."""
     if plan.slurm.time is not None:
         return plan.slurm.time
-    minutes = math.ceil(plan.measure.repeat * plan.measure.timeout_s / 60) + JOB_MARGIN_MIN
+    return trials_time(plan.measure.repeat, plan.measure.timeout_s)
+
+
+def trials_time(trials: int, timeout_s: float) -> str:
+    """A job time limit for `trials` trials of at most `timeout_s` each, plus a margin: the one
+    rule for measure.repeat (job.sbatch's #SBATCH --time) and submit --repeat (its --time)."""
+    minutes = math.ceil(trials * timeout_s / 60) + JOB_MARGIN_MIN
     return f"{minutes // 60:02d}:{minutes % 60:02d}:00"
 
 

@@ -27,6 +27,7 @@ from .programs import METRICS_SCHEMA_VERSION, PROGRAM, render_program
 MANIFEST_VERSION = 1
 MANIFEST = "manifest.json"
 EXECUTABLE = {PROGRAM, LAUNCHER, JOB}
+BUILD_FILES = (PROGRAM, LAUNCHER, ACCELERATE_CONFIG, JOB, MANIFEST)  # every name a build may write
 
 
 def sha256(text: str) -> str:

@@ -77,21 +77,24 @@ def _llama_attention(work, family: str) -> str:
 
 
 def _llama_model(model: LlamaModel, work, family: str) -> dict:
+    # keyword arguments of transformers.LlamaConfig
+    config = {
+        "hidden_size": model.hidden,
+        "num_hidden_layers": model.layers,
+        "num_attention_heads": model.heads,
+        "num_key_value_heads": model.kv_heads,
+        "intermediate_size": model.intermediate,
+        "vocab_size": model.vocab,
+        "max_position_embeddings": model.max_positions,
+        "attn_implementation": _llama_attention(work, family),
+    }
+    if model.head_dim != model.hidden // model.heads:  # LlamaConfig's own default otherwise
+        config["head_dim"] = model.head_dim
     return {
         "kind": model.kind,
         "weights": model.weights,
         "meta_init": meta_init(model, work),
-        # keyword arguments of transformers.LlamaConfig
-        "config": {
-            "hidden_size": model.hidden,
-            "num_hidden_layers": model.layers,
-            "num_attention_heads": model.heads,
-            "num_key_value_heads": model.kv_heads,
-            "intermediate_size": model.intermediate,
-            "vocab_size": model.vocab,
-            "max_position_embeddings": model.max_positions,
-            "attn_implementation": _llama_attention(work, family),
-        },
+        "config": config,
     }
 
 
@@ -261,6 +264,8 @@ def import_lines(
             need("optimum.habana.transformers.gaudi_configuration", "GaudiConfig")
     if kind == "llama":
         need("transformers", "LlamaConfig", "LlamaForCausalLM")
+        if workload == "infer":  # core_generate.py.j2's DecodeLoop
+            need("transformers", "StaticCache")
         if family == "cuda" and workload == "infer":
             need("transformers", "CompileConfig")
         if grouped:  # model_llama.py.j2's grouped_sdpa

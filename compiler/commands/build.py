@@ -73,14 +73,7 @@ def check(args) -> int:
             continue
         if result.warnings:
             emit(sys.stderr, format_diagnostics(result.warnings))
-        targets = len(result.targets)
-        points = len(result.points)
-        emit(
-            sys.stdout,
-            f"ok: {spec}: experiment {result.document.experiment}, "
-            f"{targets} target{'s' if targets != 1 else ''} x {points} "
-            f"point{'s' if points != 1 else ''} ({', '.join(result.targets)})",
-        )
+        emit(sys.stdout, f"ok: {spec}: experiment {result.document.experiment}, {_what_is_built(result)}")
     return EXIT_USER if failed else EXIT_OK
 
 
@@ -97,6 +90,21 @@ def plan(args) -> int:
     else:
         print("\n\n".join(summarize(p) for p in result.plans))
     return EXIT_OK
+
+
+def _what_is_built(result) -> str:
+    """ "2 targets x 2 points (gaudi2, h100)" where every target has the same points, else the
+    build points per target: what compile would write, counted."""
+    per_target = {t: [p.point for p in result.plans if p.target.name == t] for t in result.targets}
+    counts = {len(points) for points in per_target.values()}
+    targets = len(result.targets)
+    if len(counts) == 1 and len({tuple(p) for p in per_target.values()}) == 1:
+        (points,) = counts
+        return (f"{targets} target{'s' if targets != 1 else ''} x {points} "
+                f"point{'s' if points != 1 else ''} ({', '.join(result.targets)})")  # fmt: skip
+    built = len(result.plans)
+    each = ", ".join(f"{t} {len(p)}" for t, p in per_target.items())
+    return f"{built} build point{'s' if built != 1 else ''} over {targets} targets ({each})"
 
 
 def compile_spec(args, sbatch: bool = False):
@@ -144,23 +152,33 @@ def targets(args) -> int:
     from dataclasses import asdict
 
     from ..catalog.targets import TARGETS
+    from ..validate.capabilities import NOT_GENERATED_PRECISIONS
+
+    def generated(t) -> list[str]:
+        return [p for p in t.precisions if p not in NOT_GENERATED_PRECISIONS]
 
     if args.json:
-        print(json.dumps({name: asdict(t) for name, t in TARGETS.items()}, indent=2, sort_keys=True))
+        facts = {name: {**asdict(t), "generated_precisions": generated(t)} for name, t in TARGETS.items()}
+        print(json.dumps(facts, indent=2, sort_keys=True))
         return EXIT_OK
 
     def figure(value, unit=""):
         return "-" if value is None else f"{value:g}{unit}"
 
-    rows = [("target", "family", "device", "bf16 TF/s", "fp8 TF/s", "memory", "HBM", "precisions")]
+    rows = [("target", "family", "device", "bf16 TF/s", "fp8 TF/s", "memory", "HBM", "benchc runs",
+             "chip only")]  # fmt: skip
     for t in TARGETS.values():
         rows.append((
             t.name, t.family, t.device_name, figure(t.peak_tflops.get("bf16")),
             figure(t.peak_tflops.get("fp8")), figure(t.memory_gb, " GB"),
-            figure(t.hbm_tb_s, " TB/s"), ",".join(t.precisions),
+            figure(t.hbm_tb_s, " TB/s"), ",".join(generated(t)),
+            ",".join(p for p in t.precisions if p not in generated(t)) or "-",
         ))  # fmt: skip
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
-    print("\nPeaks are dense per device; '-' = unknown (no MFU is computed from it).")
+    print(
+        "\nPeaks are dense per device; '-' = unknown (no MFU is computed from it). 'benchc runs': the "
+        "precisions benchc generates programs in; 'chip only': the chip's, not generated yet."
+    )
     return EXIT_OK

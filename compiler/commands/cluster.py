@@ -78,6 +78,17 @@ def _flag_options(args) -> list[str]:
     return options
 
 
+def _time(args, point) -> list[str]:
+    """--repeat N extends the derived time limit as measure.repeat does (the same rule); an
+    explicit --time, or the spec's slurm.time, wins."""
+    from ..codegen.launchers import trials_time
+
+    if args.time is not None or args.repeat is None or (point.plan.get("slurm") or {}).get("time"):
+        return []
+    measure = point.plan.get("measure") or {}
+    return [f"--time={trials_time(args.repeat, measure.get('timeout_s', 3600.0))}"]
+
+
 def _points(args):
     from .build import build_points
 
@@ -108,12 +119,14 @@ def submit(args) -> int:
     with Store(args.db) as store:
         for point in points:
             trials = args.repeat or point.plan.get("measure", {}).get("repeat", 1)
-            job_id, run_ids = jobs.submit_point(store, point, trials=trials, options=options, env=env,
+            sbatch_options = [*options, *_time(args, point)]
+            job_id, run_ids = jobs.submit_point(store, point, trials=trials, options=sbatch_options, env=env,
                                                 cluster=cluster, environment=_environment())  # fmt: skip
             submitted.update(run_ids)
             where = f" on {cluster}" if cluster else ""
             _say(f"submitted {point.label}: job {job_id}{where}, {trials} trial(s)  "
                  f"[run{'s' if len(run_ids) > 1 else ''} {', '.join(run_ids)}]")  # fmt: skip
+            _say(f"  its log and metrics: {store.get(run_ids[0]).run_dir}")
         if not args.wait:
             _say(f"{len(points)} job(s) submitted; follow them with: benchc status --wait")
             return EXIT_OK
@@ -165,8 +178,12 @@ def status(args) -> int:
         return EXIT_OK
     with store:
         active = store.submitted(active_only=True)
-        if args.wait:
-            return _follow(store, None)
+        if args.wait:  # its exit status: the runs it waited on, not every run ever submitted
+            if not active:
+                _say("no submitted run is pending or running")
+                _table(store.submitted())
+                return EXIT_OK
+            return _follow(store, {r.id for r in active})
         if active:
             for change in jobs.refresh(store, active):
                 r = change.record

@@ -30,19 +30,20 @@ def _gb(value: float | None) -> str:
         return "-"
     for scale, unit in ((1e9, "GB"), (1e6, "MB"), (1e3, "kB")):
         if abs(value) >= scale or unit == "kB":
-            return f"{value / scale:,.1f} {unit}"
+            return f"{_figure(value / scale)} {unit}"
 
 
 def _seconds(value: float | None) -> str:
     if value is None:
         return "unknown"
-    return f"{value * 1e3:,.3g} ms" if value < 1 else f"{value:,.4g} s"
+    return f"{_figure(value * 1e3)} ms" if value < 1 else f"{_figure(value)} s"
 
 
 def _figure(value: float | None) -> str:
+    """Every figure estimate computes, to 3 significant figures (as reports and plans show them)."""
     from ..report.headline import sig
 
-    return sig(value, 4)
+    return sig(value)
 
 
 def _flops_lines(plan) -> list[str]:
@@ -56,7 +57,7 @@ def _flops_lines(plan) -> list[str]:
     if isinstance(plan.model, LlamaModel):
         m = plan.model
         shape = (m.hidden, m.layers, m.heads, m.kv_heads, m.intermediate, m.vocab)
-        prefill = llama_generate_flops(*shape, w.input_tokens, 1)
+        prefill = llama_generate_flops(*shape, w.input_tokens, 1, head_dim=m.head_dim)
         steps = max(w.output_tokens - 1, 1)
         decode = (cost.forward_flops_per_sample - prefill) / steps
         return [f"prefill {prefill:.3e} per sequence ({w.input_tokens} input tokens); decode "
@@ -126,12 +127,10 @@ def _fit_line(record: dict, target: str) -> str:
     share = m["total_bytes"] / m["capacity_bytes"]
     if m["fits"]:
         tight = ", tight: little left for the runtime" if m["tight"] else ""
-        free = _gb(m["free_bytes"])
-        return (
-            f"{total} of {_gb(m['capacity_bytes'])} per device: fits, {free} free ({share:.0%} used{tight})"
-        )
+        free, used = _gb(m["free_bytes"]), _figure(share * 100)
+        return f"{total} of {_gb(m['capacity_bytes'])} per device: fits, {free} free ({used}% used{tight})"
     return (f"{total} of {_gb(m['capacity_bytes'])} per device: does NOT fit, "
-            f"{_gb(-m['free_bytes'])} over ({share:.2f}x the memory)")  # fmt: skip
+            f"{_gb(-m['free_bytes'])} over ({_figure(share)}x the memory)")  # fmt: skip
 
 
 def _text(record: dict, plan) -> str:

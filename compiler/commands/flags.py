@@ -4,10 +4,20 @@ flag such as `--timeout nan` or `--repeat 1e20` is refused by the parser (exit 2
 from __future__ import annotations
 
 import argparse
+import json
 import math
+from importlib import resources
 
-MAX_REPEAT = 1000  # trials of one point in one command
-MAX_SECONDS = 7 * 86400  # a week: past any benchmark's time limit
+
+def _spec_bound(section: str, setting: str) -> int:
+    """The largest value the spec's schema allows a setting (compiler/validate/bench.schema.json),
+    read here without jsonschema: the parser is built for every command."""
+    text = resources.files("benchc.validate").joinpath("bench.schema.json").read_text("utf-8")
+    return json.loads(text)["$defs"][section]["properties"][setting]["maximum"]
+
+
+MAX_REPEAT = _spec_bound("measure", "repeat")  # trials of one point: --repeat as measure.repeat
+MAX_SECONDS = _spec_bound("measure", "timeout")  # a week: as measure.timeout
 
 
 def whole_number(low: int, high: int):

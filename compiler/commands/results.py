@@ -29,8 +29,9 @@ def add_parsers(commands, variant_options) -> None:
     variant_options(run)
     run.add_argument("-o", "--out", default="build", metavar="DIR", help="build folder for a SPEC")
     run.add_argument(
-        "--repeat", type=flags.repeat, default=None, metavar="N", help="trials per point (1-1000)"
-    )
+        "--repeat", type=flags.repeat, default=None, metavar="N",
+        help=f"trials per point (1-{flags.MAX_REPEAT}, as the spec's measure.repeat)",
+    )  # fmt: skip
     run.add_argument("--timeout", type=flags.seconds, default=None, metavar="S", help="seconds per trial")
     _db_option(run)
 
@@ -113,14 +114,15 @@ def _refuse_clusters(points) -> None:
 
 
 def _run_points(points, store: Store, args) -> int:
-    """Each trial of each point, one after another. SIGTERM and SIGHUP to benchc (a scheduler's
-    cancel, a closed terminal) end the run as Ctrl-C does; every trial started is recorded
-    as ended, whatever the way out."""
+    """Each trial of each point, one after another. SIGTERM, SIGHUP and SIGQUIT to benchc (a
+    scheduler's cancel, a closed terminal, Ctrl-\\) end the run as Ctrl-C does; every trial
+    started is recorded as ended, whatever the way out."""
     import signal
 
     from ..runner.interrupts import raise_terminated
 
-    previous = {sig: signal.signal(sig, raise_terminated) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    ending = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+    previous = {sig: signal.signal(sig, raise_terminated) for sig in ending}
     try:
         return _trials(points, store, args)
     finally:
@@ -166,7 +168,8 @@ def _trials(points, store: Store, args) -> int:
             except KeyboardInterrupt:  # between the trial's start and its launch
                 outcome = Outcome("interrupted", "interrupted by the user (Ctrl-C)", None, None, "", 0.0)
             except Terminated as signalled:
-                outcome = Outcome("terminated", f"benchc received {signalled}", None, None, "", 0.0)
+                outcome = Outcome("terminated", f"benchc received {signalled}", None, None, "", 0.0,
+                                  signalled.signum)  # fmt: skip
             finally:
                 with signals_held():  # the row always ends
                     store.finish(run_id, outcome.status, outcome.cause, outcome.metrics, outcome.log_tail)
@@ -174,7 +177,9 @@ def _trials(points, store: Store, args) -> int:
             _say(label, run_id, outcome, metric)
             if outcome.status in ("interrupted", "terminated"):
                 print(f"benchc: {outcome.status}; the remaining runs were not started", file=sys.stderr)
-                return EXIT_INTERRUPTED if outcome.status == "interrupted" else EXIT_TERMINATED
+                if outcome.status == "interrupted":
+                    return EXIT_INTERRUPTED
+                return 128 + outcome.signum if outcome.signum else EXIT_TERMINATED
     summary = ", ".join(f"{n} {status}" for status, n in sorted(tally.items()))
     print(f"{sum(tally.values())} run(s): {summary}; results in {store.path}")
     return EXIT_OK if set(tally) <= {"ok"} else EXIT_RUN_FAILED
@@ -201,7 +206,6 @@ def _say(label: str, run_id: str, outcome, metric: str | None) -> None:
 
 
 def runs(args) -> int:
-    from ..report.headline import headline
     from ..results.store import open_existing, store_path
 
     store = open_existing(args.db)
@@ -216,18 +220,34 @@ def runs(args) -> int:
     header = ("run", "started (UTC)", "experiment", "target", "point", "trial", "status", "result")
     rows = [header]
     for r in records:
-        if r.status == "ok" and r.metrics:
-            result = headline(r.metrics, ((r.plan or {}).get("measure") or {}).get("metric"))
-        else:
-            queued = r.status in ("pending", "running") and r.job_id
-            result = f"job {r.job_id} {r.job_state}" if queued else (r.cause or "")[:60]
+        status, result = _listed(r)
         point = r.point + (" (smoke)" if r.smoke else "")
         rows.append((r.id, r.started_at[:19].replace("T", " "), r.experiment, r.target, point,
-                     str(r.trial), r.status, result))  # fmt: skip
+                     str(r.trial), status, result))  # fmt: skip
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     for row in rows:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
     return EXIT_OK
+
+
+def _listed(r) -> tuple[str, str]:
+    """(status, result) of a run as `runs` lists it; a row whose plan or metrics cannot be read
+    (written by an earlier benchc, or edited) is listed as invalid, with the reason."""
+    from ..report.headline import headline
+    from ..results.plans import stored_plan_problem
+
+    problem = stored_plan_problem(r.plan)
+    if problem:
+        return "invalid", f"invalid plan in the store: {problem}"[:100]
+    if r.status == "ok" and r.metrics:
+        sections = ("throughput", "pipeline", "generation")
+        if not isinstance(r.metrics, dict) or any(
+            not isinstance(r.metrics.get(key), (dict, type(None))) for key in sections
+        ):
+            return "invalid", "invalid metrics in the store"
+        return r.status, headline(r.metrics, ((r.plan or {}).get("measure") or {}).get("metric"))
+    queued = r.status in ("pending", "running") and r.job_id
+    return r.status, f"job {r.job_id} {r.job_state}" if queued else (r.cause or "")[:60]
 
 
 def show(args) -> int:
@@ -240,106 +260,105 @@ def show(args) -> int:
             record = store.get(args.run_id)
     if record is None:
         raise error(f"no run '{args.run_id}' in the results store", None, hint="`benchc runs` lists them")
-    print(json.dumps(_with_tier(record), indent=2, sort_keys=True))
+    from ..results.export import with_tier
+
+    print(json.dumps(with_tier(record), indent=2, sort_keys=True))
     return EXIT_OK
 
 
-def _tier(record) -> str | None:
-    """The optimisation tier a run's metrics record (None where they predate tiers: never guessed)."""
-    tier = record.metrics.get("optimize") if isinstance(record.metrics, dict) else None
-    return tier if tier in ("plain", "tuned") else None
-
-
-def _with_tier(record) -> dict:
-    """The record as show and export write it, with its tier beside the metrics."""
-    return {**record.to_dict(), "optimize": _tier(record)}
-
-
-CSV_COLUMNS = ("id", "experiment", "target", "point", "smoke", "trial", "status", "cause",
-               "throughput", "unit", "per_device", "step_median_s", "step_p90_s",
-               "peak_memory_bytes", "mfu", "world_size", "started_at", "ended_at", "spec_sha256",
-               "optimize")  # fmt: skip
-
-
 def export(args) -> int:
-    import csv
-    import io
-
-    from ..results.store import open_existing
+    from ..results.export import export_text
+    from ..results.store import open_existing, store_path
 
     store = open_existing(args.db)
-    records = []
-    if store is not None:
-        with store:
-            records = store.runs(args.experiment)
-    if args.format == "json":
-        text = json.dumps([_with_tier(r) for r in records], indent=2, sort_keys=True) + "\n"
-    else:
-        buffer = io.StringIO()
-        writer = csv.writer(buffer)
-        writer.writerow(CSV_COLUMNS)
-        for r in records:
-            m = r.metrics or {}
-            t, s = m.get("throughput") or {}, m.get("step_time_s") or {}
-            writer.writerow([r.id, r.experiment, r.target, r.point, int(r.smoke), r.trial, r.status,
-                             r.cause or "", t.get("job", ""), t.get("unit", ""), t.get("per_device", ""),
-                             s.get("median", ""), s.get("p90", ""), m.get("peak_memory_bytes", ""),
-                             (m.get("flops") or {}).get("mfu", ""), m.get("world_size", ""),
-                             r.started_at, r.ended_at or "", r.spec_sha256 or "",
-                             _tier(r) or ""])  # fmt: skip
-        text = buffer.getvalue()
+    if store is None:  # an empty export would look like a store without runs
+        raise error(f"nothing to export: there is no results store at {store_path(args.db)}", None,
+                    hint="name the store with --db PATH or BENCHC_RESULTS; `benchc run` and `benchc ingest` "
+                    "create one")  # fmt: skip
+    with store:
+        records = store.runs(args.experiment)
+    text = export_text(records, args.format)
     if args.output:
-        try:
-            Path(args.output).write_text(text)
-        except OSError as exc:
-            raise error(f"cannot write '{args.output}': {exc.strerror or exc}", None) from None
+        _write_whole(Path(args.output), text)
         print(f"wrote {len(records)} run(s) to {args.output}")
     else:
         sys.stdout.write(text)
     return EXIT_OK
 
 
+def _write_whole(path: Path, text: str) -> None:
+    """Write the file whole or not at all: into a temporary file beside it, then renamed over it
+    (made as any new file is, under the user's umask)."""
+    import contextlib
+    import os
+
+    temporary = path.with_name(f".{path.name[:100]}.{os.getpid()}.tmp")
+    try:
+        handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(text)
+        os.replace(temporary, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+        raise error(f"cannot write '{path}': {exc.strerror or exc}", None) from None
+
+
 # ---------------------------------------------------------------- ingest
 
 
+NOTES_SHOWN = 5  # notes of runs stored without a plan; `benchc show RUN` gives the others' reasons
+
+
 def ingest(args) -> int:
-    from ..results.ingest import ingest_files
+    from ..results.ingest import load_files, store_files
     from ..results.store import Store
 
+    force = args.force
+    loaded = load_files([Path(name) for name in args.files], force=force)  # a refused ingest creates no store
     with Store(args.db) as store:
-        stored = ingest_files(store, [Path(name) for name in args.files], force=args.force)
+        stored = store_files(store, loaded, force=force)
     for item in stored:
         m = item.metrics
         job = m.get("job")
         trial = f", job {job['id']} trial {job['trial']}/{job['trials']}" if job else ""
+        again = ", stored again as a run of its own" if item.again else ""
         print(f"ingested {item.path}: {m['experiment']} / {m['target']} / {m['point']} "
-              f"({item.status}{trial})  [run {item.run_id}]")  # fmt: skip
+              f"({item.status}{trial}{again})  [run {item.run_id}]")  # fmt: skip
+    planless = [item for item in stored if item.no_plan]
+    for item in planless[:NOTES_SHOWN]:
+        print(f"benchc: note: {item.path}: stored without its build's plan (reports show no roofline, "
+              f"published references or prices for it): {item.no_plan}", file=sys.stderr)  # fmt: skip
+    if len(planless) > NOTES_SHOWN:
+        print(f"benchc: note: {len(planless) - NOTES_SHOWN} more run(s) were stored without their build's "
+              "plan; `benchc show RUN` gives each one's reason (environment.no_plan)",
+              file=sys.stderr)  # fmt: skip
     return EXIT_OK
 
 
 # ---------------------------------------------------------------- report
 
 
-def file_name(text: str) -> str:
-    """A name from the store (an experiment) as one safe file name inside the output folder:
-    letters, digits and . _ - only, no leading dot, at most 80 characters; a name that had to
-    change gets a short hash of the original, so two names never meet in one file."""
-    import hashlib
-    import re
+def _refuse_empty(args) -> None:
+    """An empty value of a report flag is a mistake, never a silent default or a filter."""
+    from ..diagnostics import BenchError, Diagnostic
 
-    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", text).lstrip(".")[:80] or "report"
-    if safe != text:
-        safe += "-" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
-    return safe
+    wanted = (("-e/--experiment", args.experiment, "an experiment name"),
+              ("--baseline", args.baseline, "a target name"), ("-o/--out", args.out, "a folder name"),
+              ("--prices", args.prices, "a file name"), ("--db", args.db, "a file name"))  # fmt: skip
+    hint = "give it one, or leave the flag out"
+    empty = [Diagnostic(f"{flag} needs {what}, got '{value}'", None, hint=hint)
+             for flag, value, what in wanted if value is not None and not str(value).strip()]  # fmt: skip
+    if empty:
+        raise BenchError(empty)
 
 
 def report(args) -> int:
-    import hashlib
-
     from ..report.collect import sections
-    from ..report.render import html_page, key, markdown
+    from ..report.output import file_name, write_report
     from ..results.store import open_existing, store_path
 
+    _refuse_empty(args)
     prices = None
     if args.prices:
         from ..report.prices import load_prices
@@ -359,42 +378,7 @@ def report(args) -> int:
         raise error(f"no runs of baseline target '{args.baseline}'", None,
                     hint=choices_hint(args.baseline, targets, "targets with runs"))  # fmt: skip
     found = sections(records, args.baseline)
-    out = Path(args.out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise error(f"cannot write reports into '{out}': {exc.strerror or exc}", None) from None
-    charts: dict[str, list[str]] = {}
-    written = []
-    try:
-        import matplotlib  # noqa: F401 - the run extra's; charts are drawn only where it is
-
-        from ..report.plot import bar_chart, roofline_chart
-    except ImportError:
-        bar_chart = roofline_chart = None
-        print("benchc: no charts (matplotlib is not installed: pip install 'benchc[run]')", file=sys.stderr)
-    used: set[str] = set()
-
-    def chart_name(stem: str) -> str:  # two sections never share a file
-        name = f"{file_name(stem)}.png"
-        if name in used:
-            digest = hashlib.sha256(stem.encode("utf-8", "surrogatepass")).hexdigest()[:8]
-            name = f"{file_name(stem)}-{digest}.png"
-        used.add(name)
-        return name
-
-    for section in found:
-        if section.rows and bar_chart is not None:
-            name = chart_name(key(section))
-            bar_chart(section, out / name)
-            charts[key(section)] = [name]
-            written.append(out / name)
-            name = chart_name(key(section) + "-roofline")
-            if roofline_chart(section, out / name):  # only where a run can sit on a roofline
-                charts[key(section)].append(name)
-                written.append(out / name)
     name = file_name(args.experiment or "report") + (".md" if args.format == "md" else ".html")
-    page = markdown(found, charts, prices) if args.format == "md" else html_page(found, charts, prices)
-    (out / name).write_text(page, encoding="utf-8")
-    print("\n".join(f"wrote {path}" for path in [out / name, *written]))
+    written = write_report(found, Path(args.out), name, args.format, prices)
+    print("\n".join(f"wrote {path}" for path in written))
     return EXIT_OK

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import re
 from functools import lru_cache
 from importlib import resources
 
@@ -309,6 +310,10 @@ def _syntax_error(source: Source, exc: UnexpectedInput) -> BenchError:
         previous = _name_before(source.text, token.start_pos)
         if token.type == "NAME" and token in KEYWORDS:
             hint += f"; '{token}' is a keyword and cannot be used as a name"
+        elif previous == "experiment" and token.type == "STRING":
+            bare = re.sub(r"[^A-Za-z0-9_]", "_", token[1:-1]) or "name"
+            bare = bare if bare[0].isalpha() or bare[0] == "_" else f"_{bare}"
+            hint = f"an experiment's name is a bare identifier, not a string: experiment {bare} {{ ... }}"
         elif previous in KEYWORDS:
             hint += f"; '{previous}' is a keyword and cannot be used as a name"
         elif "LSQB" in exc.expected and "NAME" not in exc.expected and "EQUAL" not in exc.expected:

@@ -14,6 +14,11 @@ MMDiT (diffusers' SD3Transformer2DModel), hidden h, L joint blocks, the last one
 - per token: patch embedding, context embedder, output projection
 The parameter count is exact for diffusers' model (tested against it); FLOPs are tested
 against torch's FLOP counter on a small model.
+
+Llama (transformers' LlamaForCausalLM): the q and o projections are hidden x heads * head_dim,
+k and v hidden x kv_heads * head_dim; head_dim defaults to hidden / heads (q and o square). A
+spec may set another head_dim (one tensor-parallel rank of a larger model: 8 of Llama-2-70B's
+64 heads over the full hidden size); parameters are tested against transformers for both.
 """
 
 from __future__ import annotations
@@ -88,47 +93,61 @@ def mmdit_cost(
     return ModelCost(params, forward, 3.0 * forward)
 
 
-def llama_params(hidden: int, layers: int, heads: int, kv_heads: int, intermediate: int, vocab: int) -> int:
-    """transformers' LlamaForCausalLM (no biases, untied input and output embeddings)."""
-    head_dim = hidden // heads
-    attention = 2 * hidden * hidden + 2 * hidden * kv_heads * head_dim  # q, o; k, v
+def _llama_widths(hidden: int, heads: int, kv_heads: int, head_dim: int | None) -> tuple[int, int]:
+    """(q, kv): the widths of the query (and attention output) and of the key and value
+    projections. head_dim None: hidden / heads, so q is as wide as the hidden size."""
+    if head_dim is None:
+        return hidden, kv_heads * (hidden // heads)
+    return heads * head_dim, kv_heads * head_dim
+
+
+def llama_params(hidden: int, layers: int, heads: int, kv_heads: int, intermediate: int, vocab: int, *,
+                 head_dim: int | None = None) -> int:  # fmt: skip
+    """transformers' LlamaForCausalLM (no biases, untied input and output embeddings). q and o
+    are hidden x heads * head_dim, k and v hidden x kv_heads * head_dim (head_dim None:
+    hidden / heads)."""
+    q, kv = _llama_widths(hidden, heads, kv_heads, head_dim)
+    attention = 2 * hidden * q + 2 * hidden * kv  # q, o; k, v
     mlp = 3 * hidden * intermediate  # gate, up, down
     norms = 2 * hidden
     return layers * (attention + mlp + norms) + hidden + 2 * vocab * hidden  # final norm, embed, head
 
 
 def _llama_matmul_weights(hidden: int, layers: int, heads: int, kv_heads: int, intermediate: int,
-                          vocab: int) -> int:  # fmt: skip
+                          vocab: int, *, head_dim: int | None = None) -> int:  # fmt: skip
     """Weights every token multiplies through: attention and MLP projections of each layer,
     and the output head (the input embedding is a lookup, not a matmul)."""
-    head_dim = hidden // heads
-    per_layer = 2 * hidden * hidden + 2 * hidden * kv_heads * head_dim + 3 * hidden * intermediate
+    q, kv = _llama_widths(hidden, heads, kv_heads, head_dim)
+    per_layer = 2 * hidden * q + 2 * hidden * kv + 3 * hidden * intermediate
     return layers * per_layer + vocab * hidden
 
 
 def llama_cost(hidden: int, layers: int, heads: int, kv_heads: int, intermediate: int, vocab: int,
-               seq_len: int) -> ModelCost:  # fmt: skip
+               seq_len: int, *, head_dim: int | None = None) -> ModelCost:  # fmt: skip
     """FLOPs per *sequence* of seq_len tokens: 2 x matmul weights x tokens, plus attention
-    scores and values over the full seq_len x seq_len (the convention of the PaLM paper's
-    6N + 12 L h T per token; causal masking is not discounted)."""
-    matmul = _llama_matmul_weights(hidden, layers, heads, kv_heads, intermediate, vocab)
-    forward = 2.0 * matmul * seq_len + layers * 4.0 * seq_len * seq_len * hidden
-    params = llama_params(hidden, layers, heads, kv_heads, intermediate, vocab)
-    return ModelCost(params, forward, 3.0 * forward)
+    scores and values over the full seq_len x seq_len, each heads x head_dim wide (the
+    convention of the PaLM paper's 6N + 12 L h T per token; causal masking is not discounted)."""
+    shape = (hidden, layers, heads, kv_heads, intermediate, vocab)
+    q, _ = _llama_widths(hidden, heads, kv_heads, head_dim)
+    matmul = _llama_matmul_weights(*shape, head_dim=head_dim)
+    forward = 2.0 * matmul * seq_len + layers * 4.0 * seq_len * seq_len * q
+    return ModelCost(llama_params(*shape, head_dim=head_dim), forward, 3.0 * forward)
 
 
 def llama_generate_flops(hidden: int, layers: int, heads: int, kv_heads: int, intermediate: int,
-                         vocab: int, input_tokens: int, output_tokens: int) -> float:  # fmt: skip
+                         vocab: int, input_tokens: int, output_tokens: int, *,
+                         head_dim: int | None = None) -> float:  # fmt: skip
     """Forward FLOPs to prefill `input_tokens` and generate `output_tokens` with a KV cache:
     every token fed costs 2 x the layers' matmul weights and attends to all tokens before it
-    (4 L h x context); the output head runs once per generated token (generate keeps only
-    the prompt's last logits). Work a static cache pads in (attention over its unfilled
-    positions) is not model work and not counted."""
-    matmul = _llama_matmul_weights(hidden, layers, heads, kv_heads, intermediate, vocab)
+    (4 L x heads x head_dim x context); the output head runs once per generated token
+    (generate keeps only the prompt's last logits). Work a static cache pads in (attention
+    over its unfilled positions) is not model work and not counted."""
+    q, _ = _llama_widths(hidden, heads, kv_heads, head_dim)
+    matmul = _llama_matmul_weights(hidden, layers, heads, kv_heads, intermediate, vocab, head_dim=head_dim)
     head = vocab * hidden
     tokens = input_tokens + output_tokens - 1  # the last generated token is not fed back
     # the prefill attends input x input; decode step t (1 .. output - 1) attends input + t:
     # an arithmetic series, summed in closed form
     steps = output_tokens - 1
     context = input_tokens * input_tokens + steps * input_tokens + steps * (steps + 1) // 2
-    return 2.0 * (matmul - head) * tokens + 2.0 * head * output_tokens + 4.0 * layers * hidden * context
+    return 2.0 * (matmul - head) * tokens + 2.0 * head * output_tokens + 4.0 * layers * q * context

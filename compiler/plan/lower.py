@@ -114,6 +114,7 @@ MODEL_DEFAULTS = {
         "layers": None,
         "heads": None,
         "kv_heads": None,  # = heads
+        "head_dim": None,  # = hidden / heads
         "intermediate": None,
         "vocab": 32000,
         "max_positions": 4096,
@@ -361,6 +362,7 @@ def build(resolved: Resolved, variant: Variant, target: Target, smoke: bool,
             runtime,
             parallel.sharding,
             workload.precision,
+            static_cache=not isinstance(workload, InferWorkload) or workload.kv_cache != "dynamic",
         ),
     )
 
@@ -377,7 +379,7 @@ def _cost(model, workload) -> ModelCost | None:
     """Model size and FLOPs per sample (an image, or a sequence) where modelled (plan/flops.py)."""
     if isinstance(model, LlamaModel) and isinstance(workload, TrainWorkload):
         return llama_cost(model.hidden, model.layers, model.heads, model.kv_heads, model.intermediate,
-                          model.vocab, workload.seq_len)  # fmt: skip
+                          model.vocab, workload.seq_len, head_dim=model.head_dim)  # fmt: skip
     if isinstance(model, SD3Pipeline) and workload.image_tokens:
         # the transformer's FLOPs only (text encoders and VAE are not counted), per image:
         # one forward per denoising step, two with classifier-free guidance
@@ -389,8 +391,9 @@ def _cost(model, workload) -> ModelCost | None:
         return ModelCost(step.params, step.forward_flops_per_sample * passes, None)
     if isinstance(model, LlamaModel) and workload.input_tokens:
         shape = (model.hidden, model.layers, model.heads, model.kv_heads, model.intermediate, model.vocab)
-        forward = llama_generate_flops(*shape, workload.input_tokens, workload.output_tokens)
-        return ModelCost(llama_params(*shape), forward, None)
+        forward = llama_generate_flops(*shape, workload.input_tokens, workload.output_tokens,
+                                       head_dim=model.head_dim)  # fmt: skip
+        return ModelCost(llama_params(*shape, head_dim=model.head_dim), forward, None)
     if isinstance(model, MMDiTModel) and workload.image_tokens:
         return mmdit_cost(
             model.depth, model.hidden, model.patch, model.in_channels, model.joint_attention_dim,
@@ -421,11 +424,12 @@ def _image_shape(resolution, transformer) -> dict:
 
 def _build_model(kind: str, m: dict):
     if kind == "llama":
-        heads = int(m["heads"])
+        hidden, heads = int(m["hidden"]), int(m["heads"])
         return LlamaModel(
-            preset=m["preset"], hidden=int(m["hidden"]), layers=int(m["layers"]), heads=heads,
+            preset=m["preset"], hidden=hidden, layers=int(m["layers"]), heads=heads,
             kv_heads=int(m["kv_heads"] if m["kv_heads"] is not None else heads),
-            head_dim=int(m["hidden"]) // heads, intermediate=int(m["intermediate"]),
+            head_dim=int(m["head_dim"]) if m.get("head_dim") is not None else hidden // heads,
+            intermediate=int(m["intermediate"]),
             vocab=int(m["vocab"]), max_positions=int(m["max_positions"]), weights=m["weights"],
         )  # fmt: skip
     depth = int(m["depth"])

@@ -141,7 +141,7 @@ def block_and_root(plan: Plan) -> tuple[int, int]:
     m, total = plan.model, plan.cost.params
     if isinstance(m, LlamaModel):
         shape = (m.hidden, m.layers, m.heads, m.kv_heads, m.intermediate, m.vocab)
-        block = total - llama_params(m.hidden, m.layers - 1, *shape[2:])
+        block = total - llama_params(m.hidden, m.layers - 1, *shape[2:], head_dim=m.head_dim)
         return block, total - m.layers * block
     t = m.transformer if isinstance(m, SD3Pipeline) else m
     args = (t.hidden, t.patch, t.in_channels, t.joint_attention_dim, t.pooled_projection_dim,
@@ -176,9 +176,8 @@ def meta_init(model, work) -> bool:
         return False
     if not isinstance(work, InferWorkload):
         return True
-    size = llama_params(
-        model.hidden, model.layers, model.heads, model.kv_heads, model.intermediate, model.vocab
-    )
+    size = llama_params(model.hidden, model.layers, model.heads, model.kv_heads, model.intermediate,
+                        model.vocab, head_dim=model.head_dim)  # fmt: skip
     return size >= META_INIT_PARAMS
 
 
@@ -302,16 +301,16 @@ def _llama_layer(plan: Plan, m: LlamaModel, tokens: int) -> dict[str, float]:
     """Bytes saved by one decoder layer, per token (transformers' LlamaDecoderLayer): two
     RMSNorms, each its fp32 upcast, the normalised output and the weighted output,
     (4 + r + b)h; q, k, v after RoPE, the attention output and the o_proj input copy,
-    b(3h + 2 kv); the MLP's gate, SiLU, up and product, 4bi; the softmax statistics (4 B per
-    head) or, for eager attention, the fp32 scores and their copy (4 + b) x heads x S and the
-    repeated k and v. The head: final norm and the logits in b, their fp32 copy and
-    log-softmax, (b + 8) x vocab."""
+    b(3q + 2 kv) (q = heads x head_dim, = h unless head_dim is set); the MLP's gate, SiLU, up
+    and product, 4bi; the softmax statistics (4 B per head) or, for eager attention, the fp32
+    scores and their copy (4 + b) x heads x S and the repeated k and v. The head: final norm
+    and the logits in b, their fp32 copy and log-softmax, (b + 8) x vocab."""
     b, _, r = _dtypes(plan)
-    h, kv = m.hidden, m.kv_heads * m.head_dim
+    h, q, kv = m.hidden, m.heads * m.head_dim, m.kv_heads * m.head_dim
     attend = FP32 * m.heads
     if eager_attention(plan):
-        attend = (FP32 + b) * m.heads * tokens + b * 2 * (h - kv)
-    layer = 2 * (FP32 + r + b) * h + b * (3 * h + 2 * kv) + 4 * b * m.intermediate + attend
+        attend = (FP32 + b) * m.heads * tokens + b * 2 * (q - kv)
+    layer = 2 * (FP32 + r + b) * h + b * (3 * q + 2 * kv) + 4 * b * m.intermediate + attend
     return {"layer": layer, "head": (FP32 + r + b) * h + (b + 8) * m.vocab}
 
 

@@ -240,7 +240,7 @@ def _generation(plan: Plan) -> tuple[Phase, ...]:
     m, w, t = plan.model, plan.workload, plan.parallel.tensor
     b, batch, ins, outs = BYTES[w.precision], w.batch, w.input_tokens, w.output_tokens
     shape = (m.hidden, m.layers, m.heads, m.kv_heads, m.intermediate, m.vocab)
-    prefill_flops = llama_generate_flops(*shape, ins, 1)
+    prefill_flops = llama_generate_flops(*shape, ins, 1, head_dim=m.head_dim)
     decode_flops = plan.cost.forward_flops_per_sample - prefill_flops
     weights = b * local_weights(plan)
     per_token = 2 * m.layers * m.kv_heads / t * m.head_dim * b  # keys and values, this device

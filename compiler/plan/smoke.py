@@ -4,8 +4,9 @@ Same model kind, workload, precision, attention kernel, sharding, checkpointing 
 *kinds* (data, tensor or pipeline parallel stay on, at degree 2), on 2 processes: 2 nodes x 1
 process where the real plan spans nodes (so the launchers' multi-node branch runs), else 1 node
 x 2 processes (1 process where the real benchmark runs on one device),
-with a tiny model, a few steps and a CPU-sized batch. Sweep points stay distinct where the
-swept value survives the shrink (a batch of 16 vs 32 becomes 2 vs 4).
+with a tiny model, a few steps and a CPU-sized batch (a Llama keeps grouped-query attention and
+a head_dim other than hidden / heads where the real model has them). Sweep points stay
+distinct where the swept value survives the shrink (a batch of 16 vs 32 becomes 2 vs 4).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 
-from ..catalog.presets import SMOKE_MODEL
+from ..catalog.presets import SMOKE_LLAMA_HEAD_DIM, SMOKE_MODEL
 from .lower import Resolved
 
 SMOKE_PROCESSES = 2
@@ -44,8 +45,12 @@ def shrink(resolved: Resolved, real_grad_accum: int = 1) -> Resolved:
     model = r.model
     if r.model_kind == "llama":
         grouped = model["kv_heads"] is not None and int(model["kv_heads"]) < int(model["heads"])
+        written = model.get("head_dim")
+        own_head_dim = written is not None and int(written) * int(model["heads"]) != int(model["hidden"])
         model.update(SMOKE_MODEL["llama"])
         model["kv_heads"] = 2 if grouped else model["heads"]  # keep grouped-query attention
+        # keep a head_dim other than hidden / heads (q and o not square), at the smoke size
+        model["head_dim"] = SMOKE_LLAMA_HEAD_DIM if own_head_dim else None
     else:
         model.update(SMOKE_MODEL[r.model_kind])
     model["preset"] = None

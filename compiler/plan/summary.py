@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..diagnostics import printable
 from .types import InferWorkload, LlamaModel, Plan, SD3Pipeline
 
 
@@ -87,8 +88,15 @@ def summarize(plan: Plan) -> str:
         lines.insert(-1, f"  optimize  {plan.tuning.describe()}")
     if plan.runtime != "torch":
         lines.insert(-1, f"  runtime   {plan.runtime} (the training step driven by its Accelerator)")
+    if plan.description:
+        lines.insert(1, f"  about     {_one_line(plan.description)}")
     for ref in plan.references:
-        lines.append(
-            f"  reference {ref.value:g} {ref.unit} ({ref.label}{'; ' + ref.source if ref.source else ''})"
-        )
+        source = f"; {_one_line(ref.source)}" if ref.source else ""
+        lines.append(f"  reference {ref.value:g} {_one_line(ref.unit)} ({_one_line(ref.label)}{source})")
     return "\n".join(lines)
+
+
+def _one_line(text: str) -> str:
+    """A spec's own text on one line of the plan: newlines, tabs and other control characters
+    (an escape sequence could rewrite the terminal) shown as escapes."""
+    return printable(text.replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r"))

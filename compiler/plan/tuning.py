@@ -28,12 +28,14 @@ class Tuning:
 
     tier: str  # plain | tuned
     compile: str  # regional (each repeated block by torch.compile, fullgraph) | on (generation:
-    # transformers compiles the decode step) | off
+    # the decode step compiled whole: by benchc's loop, or by transformers in generate) | off
     attention: str  # the attention kernel(s), e.g. cudnn>flash>efficient, FusedSDPA, math
     qkv: str | None  # fused | separate (models that offer fused projections); None: n/a
     optimizer: str | None  # fused | default (training); None: inference
     hpu_mode: str | None  # Gaudi: lazy | eager; None elsewhere
     cudnn_benchmark: bool | None  # CUDA: cuDNN's autotuner for convolutions; None elsewhere
+    decode: str | None = None  # generation: loop (benchc's fixed-length decode loop, greedy on
+    # the device, no per-token host sync) | generate (the framework's generate); None elsewhere
 
     def knobs(self) -> dict[str, str]:
         """Knob -> value, only the knobs that apply (the metrics' optimize_detail)."""
@@ -46,6 +48,8 @@ class Tuning:
             knobs["hpu_mode"] = self.hpu_mode
         if self.cudnn_benchmark is not None:
             knobs["cudnn_benchmark"] = "on" if self.cudnn_benchmark else "off"
+        if self.decode is not None:
+            knobs["decode"] = self.decode
         return knobs
 
     def describe(self) -> str:
@@ -73,14 +77,21 @@ def derive(
     runtime: str = "torch",
     sharding: str = "none",
     precision: str = "bf16",
+    static_cache: bool = True,
 ) -> Tuning:
     """The knobs of one plan. `fused_qkv_offered`: the model offers fused q/k/v projections
     (True), offers them only at other mathematics (False), or has none to offer (None).
     `explicit_compile` is the spec's train.compile / infer.compile (None: not written, the
-    tier decides)."""
+    tier decides). `static_cache`: generation with a static KV cache (the decode loop needs one)."""
     tuned = tier == "tuned"
     deepspeed = sharding.startswith("zero")
     pipeline = fused_qkv_offered is not None and not training  # the SD3 pipeline's MMDiT
+    generation = fused_qkv_offered is None and not training  # Llama's generation
+    # Generation, tuned, on CUDA and the CPU: benchc's decode loop (a fixed number of tokens,
+    # greedy on the device, no per-token host sync; the decode step compiled whole on CUDA).
+    # Gaudi keeps optimum-habana's generate, already such a loop there (ignore_eos: a host
+    # counter decides the end; static shapes; HPU graphs). Plain: generate as users call it.
+    loop = generation and tuned and family != "hpu" and static_cache
     if explicit_compile is not None:
         compiled = explicit_compile
     else:
@@ -89,7 +100,7 @@ def derive(
         # minutes for the smoke models) and DeepSpeed and accelerate wrap the model themselves
         # (not generated yet with compile). Generation's compile is transformers' own.
         on_cuda = family == "cuda" and runtime == "torch" and not deepspeed
-        compiled = tuned and on_cuda and (training or pipeline)
+        compiled = tuned and on_cuda and (training or pipeline or loop)
     compile_ = ("regional" if training or pipeline else "on") if compiled else "off"
     # diffusers' MMDiT offers fused q/k/v projections (fuse_qkv_projections), whose processor
     # applies no q/k norm: offered only without qk_norm. Gaudi's joint-attention processor and
@@ -119,4 +130,5 @@ def derive(
         optimizer=optimizer,
         hpu_mode=hpu_mode,
         cudnn_benchmark=tuned if family == "cuda" else None,
+        decode=("loop" if loop else "generate") if generation else None,
     )

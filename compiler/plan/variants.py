@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import itertools
+import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -161,6 +162,7 @@ def expand(
                 axis.key_span,
                 hint="sweep a setting such as train.batch or cluster.nodes; list targets in targets = [...]",
             )
+        _refuse_repeated_values(axis)
     count = len(targets) * math.prod(len(axis.values) for axis in axes)
     if count > max_points:
         sizes = " x ".join(str(len(axis.values)) for axis in axes)
@@ -197,6 +199,21 @@ def expand(
 # name and values, so a report sets it beside the same point under the default and their
 # builds and results never take each other's place.
 NAMED_SETTINGS = (("runtime", "torch"), ("optimize", "tuned"))
+
+
+def _refuse_repeated_values(axis) -> None:
+    """A sweep that lists a value twice would build and run the same point twice."""
+    seen = {}
+    for index, value in enumerate(axis.values):
+        key = json.dumps(value, sort_keys=True, default=str)
+        if key in seen:
+            raise error(
+                f"sweep {'.'.join(axis.path)} lists {json.dumps(value, default=str)} twice "
+                f"(values {seen[key] + 1} and {index + 1})",
+                axis.value_spans[index],
+                hint="list each value once",
+            )
+        seen[key] = index
 
 
 def _with_named_settings(name: str, values: tuple, settings: Settings) -> tuple[str, tuple]:

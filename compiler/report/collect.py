@@ -13,7 +13,9 @@ from collections import defaultdict
 from dataclasses import replace
 
 from ..records import frozen
+from ..results.manifests import HOW_TO_GIVE_ONE
 from ..results.metrics import validation_problems
+from ..results.plans import stored_plan_problem
 from ..results.store import RunRecord
 from .headline import Metric, metric_of, normal_unit, unit_of, value_of
 from .stats import Summary, summarize
@@ -58,6 +60,7 @@ class Row:
     run_ids: tuple[str, ...]
     ratio: float | None = None  # to the baseline target at this point: > 1 is better
     roofline: dict | None = None  # the build's roofline (plan/roofline.py record); None: not kept
+    no_roofline: str = "compiled by an older benchc"  # why it was not kept, where it was not
     runtime: str = "torch"  # what drove the program: torch, or accelerate
     optimize: str | None = None  # the optimisation tier: tuned or plain (None: not recorded)
     optimize_detail: dict | None = None  # knob -> value the tier set, as the program saw it
@@ -75,6 +78,7 @@ class Section:
     failed: tuple[RunRecord, ...]  # runs of this experiment that did not end ok (latest series)
     unplaced: tuple[tuple[str, str], ...]  # (reference label, why it is not in the table)
     prices: dict | None = None  # the spec's `prices` block, as its plan keeps it (None: none)
+    description: str | None = None  # the spec's `description`, as its plan keeps it
 
 
 def _median(values):
@@ -94,8 +98,15 @@ def _natural(point_values: dict) -> tuple:
 
 
 def _checked(run: RunRecord) -> RunRecord:
-    """A row stored as ok whose metrics do not match the schema (an older benchc, an edited
-    store) is shown as failed with the reason, never trusted and never a crash."""
+    """A row whose plan does not match the plan's schema, or stored as ok with metrics that do
+    not match the metrics schema (an older benchc, an edited store), is shown as failed with the
+    reason, never trusted and never a crash."""
+    plan_problem = stored_plan_problem(run.plan)
+    if plan_problem:
+        cause = f"invalid plan in the store: {plan_problem}"
+        if run.status == "ok":
+            return replace(run, status="failed", cause=cause, plan=None)
+        return replace(run, plan=None, cause=f"{run.cause}; {cause}" if run.cause else cause)
     if run.status != "ok":
         return run
     problems = validation_problems(run.metrics) if isinstance(run.metrics, dict) else ["no metrics"]
@@ -103,6 +114,17 @@ def _checked(run: RunRecord) -> RunRecord:
         return run
     reason = problems[0].message if hasattr(problems[0], "message") else problems[0]
     return replace(run, status="failed", cause=f"invalid metrics in the store: {str(reason)[:200]}")
+
+
+def _no_roofline(run: RunRecord) -> str:
+    """Why a run kept no roofline: what ingest recorded of its build's manifest, else the plan
+    of a build compiled before plans kept one."""
+    reason = run.environment.get("no_plan") if isinstance(run.environment, dict) else None
+    if isinstance(reason, str):
+        return reason
+    if run.plan is None and run.source == "ingest":  # ingested by a benchc that kept no reason
+        return f"no readable build manifest was found when its metrics were ingested; {HOW_TO_GIVE_ONE}"
+    return "compiled by an older benchc"
 
 
 def _row(trials: list[RunRecord], metric: Metric) -> Row | None:
@@ -232,8 +254,9 @@ def sections(runs: list[RunRecord], baseline: str | None = None) -> list[Section
         )
         row = _row(trials, metric_of(metrics[(experiment, smoke)]))
         if row is not None:
-            line = plan.get("roofline")
-            row = replace(row, roofline=line if isinstance(line, dict) else None)
+            line = plan.get("roofline") if isinstance(plan.get("roofline"), dict) else None
+            why = row.no_roofline if line else _no_roofline(trials[-1])
+            row = replace(row, roofline=line, no_roofline=why)
             by_section[(experiment, smoke)].append(row)
             plans[(experiment, smoke)][(point, target)] = plan
     result = []
@@ -248,7 +271,10 @@ def sections(runs: list[RunRecord], baseline: str | None = None) -> list[Section
         rows = [replace(r, ratio=_ratio(r, base, metric)) for r in rows]
         points = tuple(dict.fromkeys(r.point for r in rows))
         priced = [p.get("prices") for p in plans.get(key, {}).values() if isinstance(p.get("prices"), dict)]
+        described = [p["description"] for p in plans.get(key, {}).values()
+                     if isinstance(p.get("description"), str) and p["description"].strip()]  # fmt: skip
         result.append(Section(experiment, smoke, metric, chosen, points, targets, tuple(rows),
                               tuple(failures.get(key, [])), tuple(unplaced),
-                              priced[-1] if priced else None))  # fmt: skip
+                              priced[-1] if priced else None,
+                              described[-1] if described else None))  # fmt: skip
     return result

@@ -90,7 +90,7 @@ def _bandwidth_split(row: Row, base: Row, ratio: float, section: Section) -> Spl
                 "bound by memory bandwidth")  # fmt: skip
     for r in (row, base):
         if r.roofline is None:
-            return f"the run of {r.target} kept no roofline (compiled by an older benchc)"
+            return f"the run of {r.target} kept no roofline ({r.no_roofline})"
         if stored_number(r.roofline, "hbm_tb_s") is None or _bandwidth_use(r) is None:
             return f"the HBM bandwidth of {r.target} is unknown"
     bandwidth = stored_number(row.roofline, "hbm_tb_s") / stored_number(base.roofline, "hbm_tb_s")
@@ -282,7 +282,7 @@ def bound_lines(section: Section) -> list[str]:
     for row in section.rows:
         where = f"{row.target} at {row.point}"
         if row.roofline is None:
-            lines.append(f"{where}: no bound: the run kept no roofline (compiled by an older benchc)")
+            lines.append(f"{where}: no bound: the run kept no roofline ({row.no_roofline})")
             continue
         share = bound_share(row)
         if share is None:

@@ -54,13 +54,19 @@ def headline(metrics: dict, metric_name: str | None) -> str:
     return "-" if value is None else f"{sig(value)} {unit_of(metric, metrics)}"
 
 
+SMALLEST_DECIMAL, LARGEST_DECIMAL = 1e-6, 1e15  # beyond: e-notation, not a row of zeros
+
+
 def sig(value: float | None, digits: int = 3) -> str:
-    """A number to `digits` significant figures, thousands separated, never in e-notation:
-    1254 -> '1,250', 0.17399 -> '0.174', 12.0 -> '12.0'."""
+    """A number to `digits` significant figures, thousands separated: 1254 -> '1,250',
+    0.17399 -> '0.174', 12.0 -> '12.0'. Below a millionth or from 10^15 on, where decimals
+    would be a row of zeros, in e-notation with as many figures: 1e-300 -> '1.00e-300'."""
     if value is None or not math.isfinite(value):
         return "-"
     if value == 0:
         return "0"
+    if not SMALLEST_DECIMAL <= abs(float(f"{value:.{digits - 1}e}")) < LARGEST_DECIMAL:
+        return f"{value:.{digits - 1}e}"
     decimals = digits - 1 - math.floor(math.log10(abs(value)))
     rounded = round(value, decimals)
     if rounded and math.floor(math.log10(abs(rounded))) > math.floor(math.log10(abs(value))):

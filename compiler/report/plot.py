@@ -1,10 +1,13 @@
 """The bar chart of a report section: the headline metric per target, grouped by sweep point,
 with 95% confidence intervals where there are several trials and the published references as
-dashed lines across their bars."""
+dashed lines across their bars. Charts are written as PNG to the stream or path given (the
+report writes them through report/output.py). A text from the store is shown as it is: a $ in
+it starts no matplotlib math (which could fail to parse and end the report)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import BinaryIO
 
 from .collect import Section
 from .explain import stored_number
@@ -12,14 +15,19 @@ from .headline import sig
 from .render import headline_header
 
 
-def bar_chart(section: Section, path: Path) -> Path:
+def _plain(text) -> str:
+    """A text from the store as matplotlib shows it literally: no $ opens math mode."""
+    return str(text).replace("$", r"\$")
+
+
+def bar_chart(section: Section, target: Path | BinaryIO) -> Path | BinaryIO:
+    """The section's chart, as PNG, into `target` (a path or a binary stream)."""
     import matplotlib.pyplot as plt
 
     figure = draw(section)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path)
+    figure.savefig(target, format="png")
     plt.close(figure)
-    return path
+    return target
 
 
 def draw(section: Section):
@@ -51,17 +59,19 @@ def draw(section: Section):
             errors[1].append(max(s.ci_high - s.median, 0.0) if s.ci_high is not None else 0.0)
             refs += [(x, r.value) for r in row.references if not r.per_device]
         spread = errors if any(errors[0] + errors[1]) else None  # no caps for single trials
-        bars = axes.bar(xs, heights, width * 0.95, yerr=spread, capsize=3 if spread else 0, label=target)
+        bars = axes.bar(xs, heights, width * 0.95, yerr=spread, capsize=3 if spread else 0,
+                        label=_plain(target))  # fmt: skip
         axes.bar_label(bars, labels=[sig(h) + t for h, t in zip(heights, tiers)], fontsize=8, padding=2)
         for x, value in refs:  # a dashed line across the bar: no marker sits on the label
             label = None if labelled_reference else "published (reference)"
             labelled_reference = True
             axes.hlines(value, x - width * 0.45, x + width * 0.45, colors="black", linestyles="dashed",
                         linewidth=1.2, zorder=3, label=label)  # fmt: skip
-    axes.set_xticks(range(len(points)), points)
-    axes.set_ylabel(headline_header(section))
+    axes.set_xticks(range(len(points)), [_plain(p) for p in points])
+    axes.set_ylabel(headline_header(section, _plain))
     axes.margins(y=0.15)  # room above the tallest bar for its label
-    title = section.experiment + (" (smoke, CPU)" if section.smoke else "")
+    axes.set_ylim(bottom=0)  # bars of positive quantities: the axis starts at zero
+    title = _plain(section.experiment) + (" (smoke, CPU)" if section.smoke else "")
     axes.set_title(title)
     axes.legend(fontsize=8)
     axes.grid(axis="y", alpha=0.3)
@@ -85,9 +95,10 @@ def roofline_points(section: Section) -> list[tuple[str, float, float, float, fl
     return found
 
 
-def roofline_chart(section: Section, path: Path) -> Path | None:
+def roofline_chart(section: Section, target: Path | BinaryIO) -> Path | BinaryIO | None:
     """Achieved FLOP/s per device against each target's roofline (min(peak, bandwidth x
-    intensity)), log-log; None when no row of the section can be placed."""
+    intensity)), log-log, as PNG into `target`; None (nothing written) when no row of the
+    section can be placed."""
     points = roofline_points(section)
     if not points:
         return None
@@ -102,24 +113,23 @@ def roofline_chart(section: Section, path: Path) -> Path | None:
     xs = [low * (high / low) ** (i / 200) for i in range(201)]
     roofs = {}
     for index, (label, intensity, achieved, peak, hbm) in enumerate(points):
-        target = label.split(" ", 1)[0]
-        if target not in roofs:
-            (line,) = axes.plot(xs, [min(peak, hbm * x) / 1e12 for x in xs], label=f"{target} roof")
-            roofs[target] = line.get_color()
-        axes.plot([intensity], [achieved / 1e12], "o", color=roofs[target])
+        name = label.split(" ", 1)[0]
+        if name not in roofs:
+            (line,) = axes.plot(xs, [min(peak, hbm * x) / 1e12 for x in xs], label=f"{_plain(name)} roof")
+            roofs[name] = line.get_color()
+        axes.plot([intensity], [achieved / 1e12], "o", color=roofs[name])
         share = achieved / min(peak, hbm * intensity)
-        axes.annotate(f"{label}: {sig(share * 100)}%", (intensity, achieved / 1e12), fontsize=7,
+        axes.annotate(f"{_plain(label)}: {sig(share * 100)}%", (intensity, achieved / 1e12), fontsize=7,
                       textcoords="offset points", xytext=(6, 8 - 11 * (index % 4)))  # fmt: skip
         # runs at one intensity (the same model on several targets) get their labels stacked
     axes.set_xscale("log")
     axes.set_yscale("log")
     axes.set_xlabel("arithmetic intensity (model FLOPs per HBM byte, per device)")
     axes.set_ylabel("TFLOP/s per device")
-    axes.set_title(f"{section.experiment}: achieved vs roofline (% of the roof at that intensity)")
+    axes.set_title(f"{_plain(section.experiment)}: achieved vs roofline (% of the roof at that intensity)")
     axes.legend(fontsize=8)
     axes.grid(alpha=0.3, which="both")
     figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path)
+    figure.savefig(target, format="png")
     plt.close(figure)
-    return path
+    return target

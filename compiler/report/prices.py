@@ -8,24 +8,31 @@ rate, an amortised cost of owned machines). The file is TOML:
     h100 = 4.10               # what one device of the target costs for one hour
     gaudi2 = 1.95
 
-Every target named must be one benchc knows; a target of the report without a price gets no
-cost, and the report says so.
+Every target named must be one benchc knows, every price from 0.0001 to 1,000,000 per
+device-hour; a target of the report without a price gets no cost, and the report says so.
+The file is read as named: a symbolic link is refused (an error never shows the lines of
+another file), and so is one over 64 KiB or nested deeper than a prices file needs.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import re
+import stat
 import tomllib
 from pathlib import Path
 
 from ..catalog.targets import TARGETS
 from ..diagnostics import BenchError, Diagnostic, Source, Span, choices_hint, error
-from ..files import read_bounded
 from ..records import frozen
 
 MAX_BYTES = 64 * 1024
+MIN_PRICE = 1e-4  # per device-hour: far below any machine's
 MAX_PRICE = 1e6  # per device-hour: far above any accelerator's
+PRICE_RANGE = "from 0.0001 to 1,000,000 per device-hour"
+MAX_NESTING = 16  # arrays and inline tables within each other; a prices file needs 1
+CURRENCY = re.compile(r"[A-Za-z$€£¥]{1,8}")
 
 
 @frozen
@@ -35,30 +42,124 @@ class Prices:
     path: str
 
 
+def valid_price(value) -> bool:
+    """A number of the price range (not a bool, not infinite, not NaN)."""
+    return (not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+            and MIN_PRICE <= value <= MAX_PRICE)  # fmt: skip
+
+
+def valid_currency(value) -> bool:
+    """A short label: 1 to 8 letters or currency signs, the whole of the text (no newline)."""
+    return isinstance(value, str) and CURRENCY.fullmatch(value) is not None
+
+
 def _line_of(source: Source, key: str) -> Span:
-    """Where `key = ...` is written (TOML parsers give no positions for values)."""
-    found = re.search(rf"^[ \t]*\"?{re.escape(key)}\"?[ \t]*=", source.text, re.MULTILINE)
+    """Where `key` is written: `key = ...`, `key.sub = ...` or a table header `[key]`, `[[key]]`
+    (TOML parsers give no positions); the start of the file where it is not found."""
+    quoted = rf"[\"']?{re.escape(key)}[\"']?"
+    found = re.search(
+        rf"^[ \t]*(?:\[\[?[ \t]*)?(?P<key>{quoted})[ \t]*(?:=|\.|\]|$)", source.text, re.MULTILINE
+    )
     if not found:
         return Span.start_of(source)
-    line, column = source.position(found.start() + len(found.group()) - len(found.group().lstrip()))
-    return Span(source, line, column, line, column + len(key))
+    line, column = source.position(found.start("key"))
+    return Span(source, line, column, line, column + len(found["key"]))
+
+
+def _read(path: Path, name: str) -> bytes:
+    """The bytes of the prices file as named: never through a symbolic link (refused before it
+    is opened, and the open does not follow one), never a directory, FIFO or device, at most
+    MAX_BYTES (however the file grows in between)."""
+    limit = f"{MAX_BYTES // 1024} KiB"
+    try:
+        info = path.lstat()
+        if stat.S_ISLNK(info.st_mode):
+            raise error(f"--prices: '{name}' is a symbolic link; name the prices file itself", None,
+                        hint="benchc reads a prices file only as the file named")  # fmt: skip
+        if stat.S_ISDIR(info.st_mode):
+            raise error(f"--prices: '{name}' is a directory, not a prices file", None)
+        if not stat.S_ISREG(info.st_mode):
+            raise error(f"--prices: '{name}' is not a regular file (a FIFO, socket or device)", None,
+                        hint="a prices file is read from a file on disk")  # fmt: skip
+        if info.st_size > MAX_BYTES:
+            size = f"{math.ceil(info.st_size / 1024):,} KiB"
+            raise error(f"--prices: '{name}' is {size}; a prices file is at most {limit}", None)
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(descriptor, "rb") as stream:
+            opened = os.fstat(stream.fileno())
+            same = (opened.st_dev, opened.st_ino) == (info.st_dev, info.st_ino)
+            if not same or not stat.S_ISREG(opened.st_mode):
+                raise error(f"--prices: '{name}' changed while it was read", None)
+            raw = stream.read(MAX_BYTES + 1)
+    except FileNotFoundError:
+        raise error(f"--prices: no such file: '{name}'", None) from None
+    except PermissionError:
+        raise error(f"--prices: cannot read '{name}': permission denied", None) from None
+    except OSError as exc:  # ELOOP: it became a link after it was looked at
+        raise error(f"--prices: cannot read '{name}': {exc.strerror or exc}", None) from None
+    if len(raw) > MAX_BYTES:  # it grew while it was read
+        raise error(f"--prices: '{name}' is larger than {limit}", None)
+    return raw
+
+
+def _too_deep(text: str) -> int | None:
+    """The offset of the first array or inline table opened more than MAX_NESTING deep, outside
+    strings and comments (tomllib recurses once per level: a file nested hundreds deep would
+    end in RecursionError); None where the nesting is within bounds."""
+    depth, at, end = 0, 0, len(text)
+    while at < end:
+        char = text[at]
+        if char == "#":  # a comment, to the end of its line
+            at = text.find("\n", at)
+            at = end if at < 0 else at
+        elif char in "\"'":
+            quote = char * 3 if text.startswith(char * 3, at) else char
+            at += len(quote)
+            while at < end and not text.startswith(quote, at):
+                if len(quote) == 1 and text[at] == "\n":  # an unclosed one-line string ends here
+                    break
+                at += 2 if char == '"' and text[at] == "\\" else 1
+            at += len(quote)
+            while len(quote) == 3 and at < end and text[at] == char:  # """a"""" holds a quote
+                at += 1
+            continue
+        elif char in "[{":
+            depth += 1
+            if depth > MAX_NESTING:
+                return at
+        elif char in "]}":
+            depth = max(depth - 1, 0)
+        at += 1
+    return None
+
+
+def _parse(text: str, source: Source, name: str) -> dict:
+    """The TOML of a prices file, its errors located."""
+    hint = "see `benchc report --help` for the prices file's layout"
+    deep = _too_deep(text)
+    if deep is not None:
+        span = Span.point(source, *source.position(deep))
+        raise error(f"'{name}' nests arrays or inline tables more than {MAX_NESTING} deep", span, hint=hint)
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        where = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
+        span = Span.point(source, int(where[1]), int(where[2])) if where else Span.start_of(source)
+        raise error(f"'{name}' is not TOML: {str(exc).split(' (at ')[0]}", span, hint=hint) from None
+    except RecursionError:  # nesting the scan above did not see: refused all the same
+        message = f"'{name}' nests arrays or inline tables too deep to read"
+        raise error(message, Span.start_of(source), hint=hint) from None
 
 
 def load_prices(path: Path) -> Prices:
     name = str(path)
-    raw = read_bounded(path, name, "a prices file", MAX_BYTES, prefix="--prices: ")
+    raw = _read(path, name)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise error(f"--prices: '{name}' is not UTF-8 text", None) from None
     source = Source(name, text)
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        where = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
-        span = Span.point(source, int(where[1]), int(where[2])) if where else Span.start_of(source)
-        raise error(f"'{name}' is not TOML: {str(exc).split(' (at ')[0]}", span,
-                    hint="see `benchc report --help` for the prices file's layout") from None  # fmt: skip
+    data = _parse(text, source, name)
     problems: list[Diagnostic] = []
     for key in data:
         if key not in ("currency", "per_device_hour"):
@@ -67,7 +168,7 @@ def load_prices(path: Path) -> Prices:
                 Diagnostic(f"unknown key '{key}' in a prices file", _line_of(source, key), hint=hint)
             )
     currency = data.get("currency", "USD")
-    if not isinstance(currency, str) or not re.fullmatch(r"[A-Za-z$€£¥]{1,8}", currency):
+    if not valid_currency(currency):
         problems.append(
             Diagnostic('currency must be a short label such as "USD"', _line_of(source, "currency"))
         )
@@ -85,10 +186,9 @@ def load_prices(path: Path) -> Prices:
                                        hint=choices_hint(target, TARGETS, "targets")))  # fmt: skip
         elif isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             problems.append(Diagnostic(f"the price of {target} must be a number per device-hour", span))
-        elif not 0 < value <= MAX_PRICE:
-            problems.append(
-                Diagnostic(f"the price of {target} must be above 0 and at most {MAX_PRICE:g}", span)
-            )
+        elif not valid_price(value):
+            bound = f"above 0 ({PRICE_RANGE})" if value <= 0 else PRICE_RANGE
+            problems.append(Diagnostic(f"the price of {target} must be {bound}", span))
         else:
             prices[target] = float(value)
     if problems:

@@ -1,16 +1,25 @@
 """Report sections as Markdown or HTML tables (the layout of `benchc report`).
 
 Numbers are shown to 3 significant figures. Every text from the store is escaped for the
-format it lands in."""
+format it lands in: in HTML every character that means markup; in Markdown (CommonMark with
+GFM tables and strikethrough) every character that could open a link, an image, emphasis,
+code, strikethrough, an autolink, raw HTML, an entity or a table column, and a block marker
+(list, quote, heading) at the start of a line. benchc's own Markdown (headings, tables, the
+links to its charts, the bold status of a failed run) is written around the escaped texts."""
 
 from __future__ import annotations
 
 import html
+import re
 
 from .collect import Row, Section
 from .explain import bound_lines, cost_lines, runtime_lines, split_lines, tier_lines
 from .headline import sig
-from .prices import Prices
+from .prices import Prices, valid_currency, valid_price
+
+
+def _as_is(text) -> str:
+    return str(text)
 
 
 def _ms(seconds: float | None) -> float | None:
@@ -26,10 +35,10 @@ def _summary(s) -> str:
     return text
 
 
-def _reference(row: Row) -> str:
+def _reference(row: Row, text=_as_is) -> str:
     if not row.references:
         return "-"
-    return "; ".join(f"{sig(r.value)} {r.unit} (published)" for r in row.references)
+    return "; ".join(f"{sig(r.value)} {text(r.unit)} (published)" for r in row.references)
 
 
 def _world(row: Row) -> str:
@@ -39,18 +48,21 @@ def _world(row: Row) -> str:
     return f"{row.world_size} on {row.hosts} host{'s' if row.hosts != 1 else ''}"
 
 
-def headline_header(section: Section) -> str:
+def headline_header(section: Section, text=_as_is) -> str:
+    """The headline column's title; `text` escapes what came from the store (the unit)."""
     m, unit = section.metric, section.rows[0].headline_unit if section.rows else ""
-    return f"{m.label} ({unit}{', lower is better' if m.lower_is_better else ''})"
+    return f"{m.label} ({text(unit)}{', lower is better' if m.lower_is_better else ''})"
 
 
-def table(section: Section) -> tuple[list[str], list[list[str]]]:
+def table(section: Section, text=_as_is) -> tuple[list[str], list[list[str]]]:
+    """The header and cells of a section's table; `text` escapes each text from the store (the
+    cells' own punctuation, such as a confidence interval's brackets, is left as it is)."""
     base, m = section.baseline, section.metric
     latency_headline = m.section is not None
     runtimes = any(r.runtime != "torch" for r in section.rows)
-    header = ["point", "target", *(["runtime"] if runtimes else []), headline_header(section),
-              f"vs {base} (>1 = better)" if base else "ratio", "tier"]  # fmt: skip
-    unit = section.rows[0].unit if section.rows else ""
+    header = ["point", "target", *(["runtime"] if runtimes else []), headline_header(section, text),
+              f"vs {text(base)} (>1 = better)" if base else "ratio", "tier"]  # fmt: skip
+    unit = text(section.rows[0].unit if section.rows else "")
     if latency_headline:
         header.append(f"throughput ({unit})")
     header += ["per device", "step p50 (ms)", "step p90 (ms)"]
@@ -63,8 +75,9 @@ def table(section: Section) -> tuple[list[str], list[list[str]]]:
     header += ["peak memory (GiB)", "MFU", "world", "trials", "reference"]
     rows = []
     for row in section.rows:
-        cells = [row.point, row.target, *([row.runtime] if runtimes else []), _summary(row.headline),
-                 f"{sig(row.ratio)}x" if row.ratio is not None else "-", row.optimize or "-"]  # fmt: skip
+        cells = [text(row.point), text(row.target), *([text(row.runtime)] if runtimes else []),
+                 _summary(row.headline), f"{sig(row.ratio)}x" if row.ratio is not None else "-",
+                 text(row.optimize) if row.optimize else "-"]  # fmt: skip
         if latency_headline:
             cells.append(_summary(row.throughput))
         cells += [sig(row.per_device), sig(row.step_p50 * 1e3), sig(row.step_p90 * 1e3)]
@@ -77,16 +90,18 @@ def table(section: Section) -> tuple[list[str], list[list[str]]]:
         cells += [
             sig(row.peak_memory_bytes / 2**30) if row.peak_memory_bytes is not None else "-",
             f"{sig(row.mfu * 100)}%" if row.mfu is not None else "-",
-            _world(row), str(row.throughput.n), _reference(row),
+            _world(row), str(row.throughput.n), _reference(row, text),
         ]  # fmt: skip
         rows.append(cells)
     return header, rows
 
 
+def _smoke_note(section: Section) -> str:
+    return " (smoke: tiny model on the CPU, not a comparison)" if section.smoke else ""
+
+
 def _title(section: Section) -> str:
-    return (
-        f"{section.experiment}{' (smoke: tiny model on the CPU, not a comparison)' if section.smoke else ''}"
-    )
+    return f"{section.experiment}{_smoke_note(section)}"
 
 
 NOTES = (
@@ -102,9 +117,27 @@ NOTES = (
 )
 
 
-def _md(text: str) -> str:
-    """A table cell or line from the store, inert in Markdown: one line, no tag, no column."""
-    return " ".join(str(text).split()).replace("&", "&amp;").replace("<", "&lt;").replace("|", "\\|")
+# Characters escaped wherever they stand: \ and ` * [ ] ~ | # (backslash escapes, which
+# CommonMark allows before any ASCII punctuation), & and < (as entities: no entity, tag or
+# autolink can start). An underscore between two letters or digits is left: it can neither
+# open nor close emphasis. ( ) and ! need no escape once [ and ] have one: no link or image
+# can form. A value is one line (its line breaks become spaces), so > and a leading marker
+# matter only at the start of a line (_md_line).
+_MD_ESCAPES = str.maketrans({**{c: "\\" + c for c in "\\`*[]~|#"}, "&": "&amp;", "<": "&lt;"})
+_BLOCK_START = re.compile(r"[-+>=]|\d{1,9}[.)]")
+
+
+def _md(text) -> str:
+    """A text from the store as inert Markdown inline content: one line, no markup."""
+    flat = " ".join(str(text).split()).translate(_MD_ESCAPES)
+    return re.sub(r"(?<![^\W_])_|_(?![^\W_])", r"\_", flat)  # an _ not between letters or digits
+
+
+def _md_line(text) -> str:
+    """_md, for a text that starts a list item: a leading - + > = or 1. starts no block."""
+    escaped = _md(text)
+    start = _BLOCK_START.match(escaped)
+    return escaped if start is None else escaped[: start.end() - 1] + "\\" + escaped[start.end() - 1 :]
 
 
 def explanations(section: Section, prices) -> list[tuple[str, list[str]]]:
@@ -129,50 +162,58 @@ def explanations(section: Section, prices) -> list[tuple[str, list[str]]]:
 
 
 def spec_prices(section: Section) -> Prices | None:
-    """The prices the spec's `prices` block gave, as its plan keeps them."""
+    """The prices the spec's `prices` block gave, as its plan keeps them: those a prices file
+    may hold (a price out of range, or every price where the currency is no label, is not used,
+    and the report says which targets have no price)."""
     given = section.prices or {}
     table = given.get("per_device_hour")
     if not isinstance(table, dict) or not table:
         return None
-    numbers = {}
-    for name, value in table.items():
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf"):
-            numbers[str(name)] = float(value)
-    return Prices(str(given.get("currency") or "USD"), numbers, f"the spec of {section.experiment}")
+    currency = given.get("currency", "USD")  # the store is not trusted: the prices file's rules apply
+    numbers = {str(name): float(value) for name, value in table.items() if valid_price(value)}
+    if not valid_currency(currency):  # a currency is never guessed: no price is used
+        currency, numbers = "", {}
+    return Prices(currency, numbers, f"the spec of {section.experiment}")
 
 
-def markdown(sections: list[Section], chart_names: dict[str, list[str]], prices=None) -> str:
+def markdown(sections: list[Section], chart_names: dict[tuple[str, bool], list[str]], prices=None) -> str:
+    """The report as Markdown; `chart_names` maps key(section) to its charts' file names (made
+    of letters, digits and . _ - only, as the links' destinations need)."""
     out = ["# benchc report", ""]
     for section in sections:
-        out += [f"## {_md(_title(section))}", ""]
+        out += [f"## {_md(section.experiment)}{_smoke_note(section)}", ""]
+        if section.description:
+            out += [_md(section.description), ""]
         if section.rows:
-            header, rows = table(section)
-            out.append("| " + " | ".join(_md(h) for h in header) + " |")
+            header, rows = table(section, _md)
+            out.append("| " + " | ".join(header) + " |")
             out.append("|" + "---|" * len(header))
-            out += ["| " + " | ".join(_md(cell) for cell in row) + " |" for row in rows]
+            out += ["| " + " | ".join(row) + " |" for row in rows]
             out.append("")
             for chart in chart_names.get(key(section), ()):
                 out += [f"![{_md(section.experiment)}]({chart})", ""]
             for title, lines in explanations(section, prices):
-                out += [f"{_md(title)}:", ""] + [f"- {_md(line)}" for line in lines] + [""]
+                out += [f"{title}:", ""] + [f"- {_md_line(line)}" for line in lines] + [""]
         for label, why in section.unplaced:
             out.append(f"- reference {_md(label)} not shown: {_md(why)}")
         for run in section.failed:
             out.append(f"- run {_md(run.id)} ({_md(run.target)} / {_md(run.point)}): "
-                       f"**{_md(run.status)}**: {_md(run.cause)}")  # fmt: skip
+                       f"**{_md(run.status) or '-'}**: {_md(run.cause or '')}")  # fmt: skip
         if section.failed or section.unplaced:
             out.append("")
     out += [NOTES, ""]
     return "\n".join(out)
 
 
-def html_page(sections: list[Section], chart_names: dict[str, list[str]], prices=None) -> str:
+def html_page(sections: list[Section], chart_names: dict[tuple[str, bool], list[str]], prices=None) -> str:
     out = ["<!doctype html>", "<meta charset='utf-8'>", "<title>benchc report</title>",
            "<style>body{font-family:sans-serif}table{border-collapse:collapse}"
            "td,th{border:1px solid #999;padding:4px 8px;text-align:right}</style>",
            "<h1>benchc report</h1>"]  # fmt: skip
     for section in sections:
         out.append(f"<h2>{html.escape(_title(section))}</h2>")
+        if section.description:
+            out.append(f"<p>{html.escape(section.description)}</p>")
         if section.rows:
             header, rows = table(section)
             out.append("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>")
@@ -195,5 +236,7 @@ def html_page(sections: list[Section], chart_names: dict[str, list[str]], prices
     return "\n".join(out) + "\n"
 
 
-def key(section: Section) -> str:
-    return f"{section.experiment}{'-smoke' if section.smoke else ''}"
+def key(section: Section) -> tuple[str, bool]:
+    """What tells sections apart: (experiment, smoke). Never a joined text: experiment `a` in
+    smoke and experiment `a-smoke` are two sections, with two sets of charts."""
+    return section.experiment, section.smoke

@@ -1,4 +1,8 @@
-"""Summary statistics for repeated trials: median, a 95% confidence interval, noise."""
+"""Summary statistics for repeated trials: median, a 95% confidence interval, noise.
+
+A positive quantity (a throughput, a time) gets its interval from the logarithms of the trials
+(the geometric mean's, Student's t): it stays above zero however few or spread the trials are,
+where the mean's could read "289 [-355, 934]"."""
 
 from __future__ import annotations
 
@@ -28,8 +32,8 @@ class Summary:
     n: int
     median: float
     mean: float
-    ci_low: float | None  # 95% confidence interval of the mean (t), None for one trial
-    ci_high: float | None
+    ci_low: float | None  # 95% confidence interval (t), None for one trial: of the geometric
+    ci_high: float | None  # mean where every value is positive (it stays positive), else the mean
     cv: float | None  # coefficient of variation (stdev / mean)
 
     @property
@@ -44,6 +48,13 @@ def summarize(values: list[float]) -> Summary:
     if len(values) < 2:
         return Summary(1, values[0], mean, None, None, None)
     stdev = statistics.stdev(values)
-    half = t95(len(values) - 1) * stdev / math.sqrt(len(values))
+    t = t95(len(values) - 1)
     cv = stdev / mean if mean else None
-    return Summary(len(values), statistics.median(values), mean, mean - half, mean + half, cv)
+    if all(v > 0 for v in values):  # throughputs and times: on the logarithm, so never below 0
+        logs = [math.log(v) for v in values]
+        centre, half = statistics.fmean(logs), t * statistics.stdev(logs) / math.sqrt(len(values))
+        low, high = math.exp(centre - half), math.exp(centre + half)
+    else:
+        half = t * stdev / math.sqrt(len(values))
+        low, high = mean - half, mean + half
+    return Summary(len(values), statistics.median(values), mean, low, high, cv)

@@ -1,18 +1,35 @@
 """Store metrics files written elsewhere (a cluster job, a copied build): all files or none,
 the trials of one scheduler job as one series, each run at the time it ran, and never the
-same file twice."""
+same file twice.
+
+Two steps: load_files() reads and checks every file without the store (a refused ingest creates
+no store); store_files() then checks them against the store and stores them in one write
+transaction, so two ingests at once never both store one file (a unique index guards it too)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import sqlite3
+from collections import defaultdict
 from pathlib import Path
 
 from ..diagnostics import BenchError, Diagnostic
 from ..records import frozen
+from .job_trials import SERIES_HINT, file_trial, job_label, job_series, series_problems, stored_trial
+from .manifests import Build, manifest_near
 from .metrics import load_metrics
 from .store import Store, new_id
-from .untrusted_json import read_json_file
+
+
+@frozen
+class Loaded:
+    """A metrics file that passed every check made without the store."""
+
+    path: Path
+    metrics: dict
+    digest: str
+    build: Build | None = None  # the plan of its build, or why there is none
 
 
 @frozen
@@ -21,23 +38,14 @@ class Ingested:
     run_id: str
     status: str
     metrics: dict
+    no_plan: str | None = None
+    again: bool = False  # stored before: stored again (--force) as a run of its own
 
 
 def metrics_sha256(metrics: dict) -> str:
     """The identity of a metrics file: its content, whatever its layout or location."""
     canonical = json.dumps(metrics, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(canonical.encode("ascii")).hexdigest()
-
-
-def job_series(metrics: dict) -> str | None:
-    """One series per (scheduler job, build point): every trial of the job joins it, in
-    whichever ingest command it arrives."""
-    job = metrics.get("job")
-    if not job:
-        return None
-    key = "\0".join(str(x) for x in (job.get("cluster"), job["id"], metrics["experiment"],
-                                      metrics["target"], metrics["point"], metrics["smoke"]))  # fmt: skip
-    return "job-" + hashlib.sha256(key.encode("utf-8")).hexdigest()[:12]
 
 
 def outcome(metrics: dict) -> tuple[str, str | None]:
@@ -49,25 +57,30 @@ def outcome(metrics: dict) -> tuple[str, str | None]:
     return status, cause
 
 
-def manifest_near(path: Path) -> dict | None:
-    """The build manifest of a metrics file: beside it, or two folders up (runs/<id>/)."""
-    for folder in (path.parent, path.parent.parent.parent):
-        candidate = folder / "manifest.json"
-        if candidate.exists():
-            try:
-                data, _ = read_json_file(candidate, "build manifest")
-            except BenchError:
-                return None  # the metrics file carries what the store needs; the plan is extra
-            return data if isinstance(data, dict) else None
-    return None
-
-
 def _duplicate(message: str) -> Diagnostic:
-    return Diagnostic(message, None, hint="pass --force to store it again")
+    return Diagnostic(message, None, hint="pass --force to store it again, as a run of its own")
 
 
-def ingest_files(store: Store, paths: list[Path], force: bool = False) -> list[Ingested]:
-    """Validate every file, refuse files already stored, then store them in one transaction."""
+def _series_diagnostics(files: list[Loaded], copies: set[int], stored_of=None) -> list[Diagnostic]:
+    """The job rules (job_trials.py) over the files that join a job's series, with the runs
+    the store already holds in it (stored_of(series); none before the store is opened)."""
+    by_series: dict[str, list[Loaded]] = defaultdict(list)
+    for index, item in enumerate(files):
+        series = job_series(item.metrics)
+        if series is not None and index not in copies:
+            by_series[series].append(item)
+    problems = []
+    for series, members in by_series.items():
+        stored = [stored_trial(run) for run in stored_of(series)] if stored_of else []
+        new = [file_trial(str(item.path), item.metrics) for item in members]
+        problems += [Diagnostic(text, None, hint=SERIES_HINT)
+                     for text in series_problems(job_label(members[0].metrics), new, stored)]  # fmt: skip
+    return problems
+
+
+def load_files(paths: list[Path], force: bool = False) -> list[Loaded]:
+    """Every file read and checked (schema, names, one file twice, the rules of a job's trials),
+    with the plan of its build where one is beside it; a BenchError naming every refused file."""
     loaded, problems, seen = [], [], {}
     for path in paths:
         try:
@@ -76,43 +89,68 @@ def ingest_files(store: Store, paths: list[Path], force: bool = False) -> list[I
             problems.extend(exc.diagnostics)
             continue
         digest = metrics_sha256(metrics)
-        if not force:
-            earlier = store.stored_metrics(digest)
-            if earlier is not None:
-                problems.append(_duplicate(f"'{path}' is already in the results store as run "
-                                                 f"{earlier.id} ({earlier.status})"))  # fmt: skip
-                continue
-            if digest in seen:
-                problems.append(_duplicate(f"'{path}' is the same metrics as '{seen[digest]}'"))
-                continue
-        seen[digest] = path
-        loaded.append((path, metrics, digest))
+        if digest in seen and not force:
+            problems.append(_duplicate(f"'{path}' is the same metrics as '{seen[digest]}'"))
+            continue
+        seen.setdefault(digest, path)
+        loaded.append(Loaded(path, metrics, digest))
+    problems += _series_diagnostics(loaded, _copies_within(loaded))
     if problems:
         raise BenchError(problems)  # all or nothing: no file is stored when one is refused
-    stored = []
-    with store.batch():
-        for path, metrics, digest in loaded:
-            stored.append(store_metrics(store, path, metrics, digest))
-    return stored
+    manifests: dict = {}
+    return [Loaded(item.path, item.metrics, item.digest, manifest_near(item.path, item.metrics, manifests))
+            for item in loaded]  # fmt: skip
 
 
-def store_metrics(store: Store, path: Path, metrics: dict, digest: str) -> Ingested:
-    manifest = manifest_near(path) or {}
-    spec = manifest.get("spec") if isinstance(manifest.get("spec"), dict) else {}
-    plan = manifest.get("plan") if isinstance(manifest.get("plan"), dict) else None
+def _copies_within(files: list[Loaded]) -> set[int]:
+    """The files that repeat an earlier file of the same command (only with --force)."""
+    firsts: dict[str, int] = {}
+    return {index for index, item in enumerate(files) if firsts.setdefault(item.digest, index) != index}
+
+
+def store_files(store: Store, files: list[Loaded], force: bool = False) -> list[Ingested]:
+    """Check the files against the store and store them, in one write transaction: no other
+    benchc stores anything between the check and the write. A file already stored is refused
+    (with --force it is stored again, as a run of its own, outside its job's series)."""
+    try:
+        with store.batch():
+            problems, copies = [], _copies_within(files)
+            for index, item in enumerate(files):
+                earlier = store.stored_metrics(item.digest)
+                if earlier is None:
+                    continue
+                if not force:
+                    problems.append(_duplicate(f"'{item.path}' is already in the results store as run "
+                                               f"{earlier.id} ({earlier.status})"))  # fmt: skip
+                copies.add(index)
+            problems += _series_diagnostics(files, copies, store.series_runs)
+            if problems:
+                raise BenchError(problems)
+            return [_store_one(store, item, again=index in copies) for index, item in enumerate(files)]
+    except sqlite3.IntegrityError:  # the unique index: another benchc stored one of them first
+        raise BenchError(_duplicate("another benchc stored one of these files at the same moment; nothing "
+                                    "was stored: ingest them again to see which")) from None  # fmt: skip
+
+
+def _store_one(store: Store, item: Loaded, again: bool) -> Ingested:
+    metrics, path = item.metrics, item.path
     job = metrics.get("job") or {}
     status, cause = outcome(metrics)
+    environment = {"host": metrics.get("host"), "hosts": metrics.get("hosts"),
+                   "ingested_from": str(path.resolve())}  # fmt: skip
+    build = item.build or Build(None, None, None)
+    if build.no_plan:
+        environment["no_plan"] = build.no_plan
+    series = None if again else job_series(metrics)
     run_id = store.start(
         experiment=metrics["experiment"], target=metrics["target"], point=metrics["point"],
         point_values=metrics.get("point_values") or {}, smoke=metrics["smoke"],
-        spec_path=spec.get("path") if isinstance(spec.get("path"), str) else None,
+        spec_path=build.spec_path,
         spec_sha256=metrics["spec_sha256"], build_path=str(path.parent.resolve()), log_path=None,
-        environment={"host": metrics.get("host"), "hosts": metrics.get("hosts"),
-                     "ingested_from": str(path.resolve())},
-        plan=plan, series=job_series(metrics) or new_id(), trial=job.get("trial", 1),
+        environment=environment, plan=build.plan, series=series or new_id(), trial=job.get("trial", 1),
         source="ingest", status="running", job_id=job.get("id"), cluster=job.get("cluster"),
         run_dir=str(path.parent.resolve()), started_at=metrics.get("started_at"),
     )  # fmt: skip
     store.finish(run_id, status, cause, metrics, ended_at=metrics.get("ended_at"),
-                 metrics_sha256=digest)  # fmt: skip
-    return Ingested(path, run_id, status, metrics)
+                 metrics_sha256=item.digest, first_copy=not again)  # fmt: skip
+    return Ingested(path, run_id, status, metrics, build.no_plan, again)

@@ -1,18 +1,26 @@
-"""Metrics files: load one, validate it against the shipped schema, with located errors."""
+"""Metrics files: load one, validate it against the shipped schema and its names against the
+rules a spec's names follow, with located errors."""
 
 from __future__ import annotations
 
 import json
+import re
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
 import jsonschema
 
-from ..diagnostics import Diagnostic, Span, error
+from ..catalog.targets import TARGETS
+from ..diagnostics import BenchError, Diagnostic, Span, choices_hint, error
+from ..frontend.document import MAX_NAME_CHARS
+from ..validate.semantic import MAX_EXPERIMENT_CHARS
 from .untrusted_json import control_character, read_json_file
 
 NAMES = ("experiment", "target", "point")  # they label reports and are looked up by users
+# A sweep point's name, as plan/variants.py makes it: setting names and values with every other
+# character replaced by _, joined by - and _; it names a build folder (at most MAX_NAME_CHARS).
+POINT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")
 
 
 @lru_cache(maxsize=1)
@@ -53,7 +61,46 @@ def load_metrics(path: Path) -> dict:
                 Span.start_of(source),
                 hint="names in a metrics file come from a spec, which never holds them",
             )
+    # no excerpt of the file: its line would show the name as it is (a U+202E reorders the line)
+    problems = [Diagnostic(f"'{name}': {message}", None, hint=hint) for message, hint in name_problems(data)]
+    if problems:
+        raise BenchError(problems)
     return data
+
+
+@lru_cache(maxsize=1)
+def experiment_name() -> re.Pattern:
+    """The grammar's NAME, which an experiment's name is (grammar/bench.lark)."""
+    grammar = resources.files("benchc.grammar").joinpath("bench.lark").read_text("utf-8")
+    return re.compile(re.search(r"^NAME:\s*/(.+)/\s*$", grammar, re.MULTILINE).group(1))
+
+
+def shown(name: str) -> str:
+    """A name from a file, quoted for a message: escapes for what is not ASCII (a right-to-left
+    override would reorder the terminal's line), cut at 60 characters."""
+    return ascii(name[:60]) + ("..." if len(name) > 60 else "")
+
+
+def name_problems(metrics: dict) -> list[tuple[str, str]]:
+    """(message, hint) for each of the experiment, target and point names that a spec could not
+    have given: a spec's experiment is a NAME of at most MAX_EXPERIMENT_CHARS characters, its
+    targets are benchc's, its points are named as plan/variants.py names them."""
+    found = []
+    experiment, target, point = (metrics[key] for key in NAMES)
+    origin = "a metrics file's names come from its spec, as benchc compiled it: was this file edited?"
+    if not experiment_name().fullmatch(experiment):
+        rule = "an experiment's name is a letter or _, then letters, digits and _"
+        found.append((f"experiment {shown(experiment)} is not a name a spec can give", f"{rule}; {origin}"))
+    elif len(experiment) > MAX_EXPERIMENT_CHARS:
+        found.append((f"the experiment name is {len(experiment):,} characters long; a spec's limit is "
+                      f"{MAX_EXPERIMENT_CHARS}", origin))  # fmt: skip
+    if target not in TARGETS:
+        found.append((f"unknown target {shown(target)}", choices_hint(target, TARGETS, "known targets")))
+    if not POINT_NAME.fullmatch(point) or len(point) > MAX_NAME_CHARS:
+        found.append((f"point {shown(point)} is not a point name benchc gives",
+                      f"a point's name is letters, digits and _ . + - (at most {MAX_NAME_CHARS}), "
+                      "not starting with . + or -; " + origin))  # fmt: skip
+    return found
 
 
 def validation_problems(data: dict) -> list[Diagnostic]:

@@ -1,11 +1,13 @@
 """The results store: one SQLite database of runs, WAL mode, a versioned schema with migrations.
 
-Location: --db PATH, else $BENCHC_RESULTS, else .benchc/results.db under the working directory.
+Location: --db PATH, else $BENCHC_RESULTS, else the first .benchc/results.db in the working
+folder or above it (as git finds a repository), else .benchc/results.db in the working folder.
 Several benchc processes may write at once (WAL plus a busy timeout). A run is inserted as
 "running" when it starts and finished when it ends; a run whose benchc process died without
 finishing it (killed with SIGKILL, a lost machine) is shown as "unknown" afterwards. A run
 submitted to a scheduler is inserted as "pending" with its job id and follows the job's state
-(`benchc status`) until its metrics are collected.
+(`benchc status`) until its metrics are collected. A metrics file is stored once: its runs
+are numbered copies of it, and a unique index allows one first copy (see migrations.py).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import json
 import os
 import socket
 import sqlite3
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -22,60 +25,42 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ..diagnostics import error
-from ..records import frozen
-from .queries import INDEX_NAMES, INDEXES, latest_series_query
+from .migrations import MIGRATIONS, SCHEMA_VERSION, create_indexes, migrate
+from .queries import INDEX_NAMES, latest_series_query
+from .run_record import RunRecord, record_of
 from .statuses import ENDED
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "RunRecord", "Store", "new_id", "now", "open_existing",
+           "store_path"]  # fmt: skip
 
 DEFAULT_PATH = Path(".benchc") / "results.db"
 ENVIRONMENT_VARIABLE = "BENCHC_RESULTS"
 
-# Each migration takes the database from version i to i + 1. Never edit one that has shipped.
-MIGRATIONS: tuple[str, ...] = (
-    """
-    CREATE TABLE runs (
-        id            TEXT PRIMARY KEY,
-        experiment    TEXT NOT NULL,
-        target        TEXT NOT NULL,
-        point         TEXT NOT NULL,
-        point_values  TEXT NOT NULL,   -- JSON object
-        smoke         INTEGER NOT NULL,
-        spec_path     TEXT,
-        spec_sha256   TEXT,
-        build_path    TEXT,
-        log_path      TEXT,
-        status        TEXT NOT NULL,
-        cause         TEXT,
-        log_tail      TEXT,
-        metrics       TEXT,            -- JSON, the program's metrics file
-        environment   TEXT NOT NULL,   -- JSON: host, platform, benchc version
-        plan          TEXT,            -- JSON, the resolved plan from the manifest
-        series        TEXT NOT NULL,   -- the trials of one `run --repeat N` share it
-        trial         INTEGER NOT NULL,
-        source        TEXT NOT NULL,   -- run | ingest
-        runner_pid    INTEGER,
-        runner_host   TEXT,
-        started_at    TEXT NOT NULL,   -- ISO 8601, UTC
-        ended_at      TEXT
-    );
-    CREATE INDEX runs_by_point ON runs (experiment, target, point);
-    CREATE INDEX runs_by_start ON runs (started_at);
-    """,
-    """
-    ALTER TABLE runs ADD COLUMN job_id TEXT;          -- the scheduler's job id (submit, ingest)
-    ALTER TABLE runs ADD COLUMN cluster TEXT;         -- the scheduler's cluster name
-    ALTER TABLE runs ADD COLUMN job_state TEXT;       -- its state: PENDING, RUNNING, COMPLETED, TIMEOUT, ...
-    ALTER TABLE runs ADD COLUMN exit_code TEXT;       -- its exit code, as "code:signal"
-    ALTER TABLE runs ADD COLUMN run_dir TEXT;         -- where the run writes its log and metrics
-    ALTER TABLE runs ADD COLUMN metrics_sha256 TEXT;  -- of the metrics file the run was stored from
-    CREATE INDEX runs_by_job ON runs (job_id);
-    CREATE INDEX runs_by_metrics_file ON runs (metrics_sha256);
-    """,
-)
-SCHEMA_VERSION = len(MIGRATIONS)
-
 
 def default_path() -> Path:
-    return Path(os.environ.get(ENVIRONMENT_VARIABLE) or DEFAULT_PATH)
+    """$BENCHC_RESULTS, else the project's store as git finds its repository: the first
+    .benchc/results.db in the working folder or a folder above it (a by-hand recipe run from
+    a build point stores where the project's report looks), else .benchc/results.db here.
+    A store found above is named on stderr, once."""
+    if os.environ.get(ENVIRONMENT_VARIABLE):
+        return Path(os.environ[ENVIRONMENT_VARIABLE])
+    here = Path.cwd()
+    for folder in (here, *here.parents):
+        candidate = folder / DEFAULT_PATH
+        if candidate.is_file():
+            if folder != here:
+                _say_once(f"benchc: using the results store {candidate} (found above the working folder)")
+            return candidate
+    return DEFAULT_PATH
+
+
+_SAID: set[str] = set()
+
+
+def _say_once(text: str) -> None:
+    if text not in _SAID:
+        _SAID.add(text)
+        print(text, file=sys.stderr)
 
 
 def store_path(path: Path | str | None) -> Path:
@@ -106,49 +91,6 @@ def now() -> str:
 
 def new_id() -> str:
     return uuid.uuid4().hex[:12]
-
-
-@frozen
-class RunRecord:
-    id: str
-    experiment: str
-    target: str
-    point: str
-    point_values: dict
-    smoke: bool
-    spec_path: str | None
-    spec_sha256: str | None
-    build_path: str | None
-    log_path: str | None
-    status: str
-    cause: str | None
-    log_tail: str | None
-    metrics: dict | None
-    environment: dict
-    plan: dict | None
-    series: str
-    trial: int
-    source: str
-    started_at: str
-    ended_at: str | None
-    job_id: str | None = None
-    cluster: str | None = None
-    job_state: str | None = None
-    exit_code: str | None = None
-    run_dir: str | None = None
-    metrics_sha256: str | None = None
-
-    def to_dict(self) -> dict:
-        return dict(self.__dict__)
-
-
-_JSON_COLUMNS = ("point_values", "metrics", "environment", "plan")
-
-
-def _create_indexes(db: sqlite3.Connection) -> None:
-    """The read indexes (queries.INDEXES), each created if missing."""
-    for statement in INDEXES:
-        db.execute(statement)
 
 
 class Store:
@@ -259,23 +201,19 @@ class Store:
         return self._transaction()
 
     def _migrate(self) -> None:
-        if self._db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
+        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        if version == SCHEMA_VERSION:
             self._add_indexes()
             return  # the usual case: no write lock to take (versions only ever go up)
-        with self._transaction() as db:
-            version = db.execute("PRAGMA user_version").fetchone()[0]
-            if version > SCHEMA_VERSION:
-                raise sqlite3.DatabaseError(
-                    f"schema version {version} is newer than this benchc knows ({SCHEMA_VERSION})"
-                )
-            if version == 0 and db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
-                raise sqlite3.DatabaseError("it is another program's SQLite database")
-            for script in MIGRATIONS[version:]:
-                for statement in script.split(";"):
-                    if statement.strip():
-                        db.execute(statement)
-            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            _create_indexes(db)
+        try:
+            with self._transaction() as db:
+                migrate(db)
+        except sqlite3.OperationalError as exc:
+            # A read-only store of an earlier benchc is read as it is: every column a read
+            # needs is there since version 1; only writing needs the later ones.
+            if "readonly" not in str(exc) or not 0 < version < SCHEMA_VERSION:
+                raise
+            self._add_indexes()
 
     def _add_indexes(self) -> None:
         """INDEXES missing from a store made by an earlier benchc; where the store cannot be
@@ -285,7 +223,7 @@ class Store:
             return
         try:
             with self._transaction() as db:
-                _create_indexes(db)
+                create_indexes(db)
         except sqlite3.OperationalError as exc:
             if "readonly" not in str(exc):
                 raise
@@ -322,17 +260,26 @@ class Store:
     def finish(self, run_id: str, status: str, cause: str | None, metrics: dict | None,
                log_tail: str | None = None, ended_at: str | None = None, *,
                job_state: str | None = None, exit_code: str | None = None,
-               metrics_sha256: str | None = None, started_at: str | None = None) -> None:  # fmt: skip
-        """Record how a run ended. The job and start fields are kept where not given."""
+               metrics_sha256: str | None = None, started_at: str | None = None,
+               first_copy: bool = False) -> None:  # fmt: skip
+        """Record how a run ended. The job and start fields are kept where not given. A run
+        stored from a metrics file (metrics_sha256) is numbered as a copy of that file: with
+        first_copy it must be the first (sqlite3.IntegrityError where the file is stored)."""
         if status not in ENDED:
             raise ValueError(status)
         with self._transaction() as db:
+            copy = None
+            if metrics_sha256 is not None:
+                copy = 0 if first_copy else db.execute(
+                    "SELECT coalesce(max(metrics_copy) + 1, 0) FROM runs"
+                    " WHERE metrics_sha256 = ? AND id != ?", (metrics_sha256, run_id),
+                ).fetchone()[0]  # fmt: skip
             db.execute(
                 "UPDATE runs SET status = ?, cause = ?, metrics = ?, log_tail = ?, ended_at = ?,"
                 " job_state = coalesce(?, job_state), exit_code = coalesce(?, exit_code),"
-                " metrics_sha256 = ?, started_at = coalesce(?, started_at) WHERE id = ?",
+                " metrics_sha256 = ?, metrics_copy = ?, started_at = coalesce(?, started_at) WHERE id = ?",
                 (status, cause, json.dumps(metrics) if metrics is not None else None, log_tail,
-                 ended_at or now(), job_state, exit_code, metrics_sha256, started_at, run_id),
+                 ended_at or now(), job_state, exit_code, metrics_sha256, copy, started_at, run_id),
             )  # fmt: skip
 
     def follow_job(self, run_id: str, status: str, job_state: str) -> None:
@@ -351,7 +298,15 @@ class Store:
             row = self._db.execute(
                 "SELECT * FROM runs WHERE metrics_sha256 = ? ORDER BY started_at LIMIT 1", (sha256,)
             ).fetchone()
-        return _record(row) if row else None
+        return record_of(row) if row else None
+
+    def series_runs(self, series: str) -> list[RunRecord]:
+        """Every run of one series (the trials of a `run --repeat`, or of one scheduler job)."""
+        with self._reading():
+            rows = self._db.execute(
+                "SELECT * FROM runs WHERE series = ? ORDER BY trial, started_at, id", (series,)
+            ).fetchall()
+        return [record_of(row) for row in rows]
 
     def submitted(self, active_only: bool = False) -> list[RunRecord]:
         """Runs submitted to a scheduler, oldest first; only those not ended with active_only."""
@@ -360,7 +315,7 @@ class Store:
             rows = self._db.execute(
                 f"SELECT * FROM runs WHERE source = 'submit'{where} ORDER BY started_at, trial, id"
             ).fetchall()
-        return [_record(row) for row in rows]
+        return [record_of(row) for row in rows]
 
     # -- reading
 
@@ -395,7 +350,7 @@ class Store:
         where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
         with self._reading():
             rows = self._db.execute(f"SELECT * FROM runs{where} ORDER BY started_at, id", values).fetchall()
-        return [_record(row) for row in rows]
+        return [record_of(row) for row in rows]
 
     def latest_runs(self, experiment: str | None = None) -> list[RunRecord]:
         """What a report shows: for each (experiment, smoke, point, target), every run of its
@@ -407,7 +362,7 @@ class Store:
         query = latest_series_query(where, indexed=self._indexed)
         with self._reading():
             rows = self._db.execute(query, values).fetchall()
-        return [_record(row) for row in rows]
+        return [record_of(row) for row in rows]
 
     def targets(self, experiment: str | None = None) -> set[str]:
         """The targets with any run (of `experiment`), whatever their status."""
@@ -426,15 +381,7 @@ class Store:
         if len(found) > 1:
             raise error(f"run id '{run_id}' is ambiguous: {len(found)} runs start with it", None,
                         hint="give more characters of the id")  # fmt: skip
-        return _record(found[0]) if found else None
-
-
-def _record(row: sqlite3.Row) -> RunRecord:
-    data = {key: row[key] for key in row.keys() if key not in ("runner_pid", "runner_host")}
-    for column in _JSON_COLUMNS:
-        data[column] = json.loads(data[column]) if data[column] is not None else None
-    data["smoke"] = bool(data["smoke"])
-    return RunRecord(**data)
+        return record_of(found[0]) if found else None
 
 
 def _alive(pid: int) -> bool:

@@ -52,12 +52,13 @@ class BuildPoint:
 
 @frozen
 class Outcome:
-    status: str  # ok | failed | timeout | interrupted
+    status: str  # ok | failed | timeout | interrupted | terminated
     cause: str | None
     metrics: dict | None
     returncode: int | None
     log_tail: str
     elapsed_s: float
+    signum: int | None = None  # terminated: the signal benchc received (its exit is 128 + it)
 
 
 def find_points(path: Path) -> list[BuildPoint]:
@@ -167,8 +168,8 @@ def execute(point: BuildPoint, run_dir: Path, timeout_s: float, on_line: Callabl
                        log_tail, elapsed)  # fmt: skip
     if ending == "terminated":
         name = signal.Signals(terminated_by).name
-        return Outcome("terminated", f"benchc received {name} (a scheduler's cancel or time limit?); "
-                       "the run was stopped", metrics, returncode, log_tail, elapsed)  # fmt: skip
+        cause = f"benchc received {name} (a scheduler's cancel or time limit?); the run was stopped"
+        return Outcome("terminated", cause, metrics, returncode, log_tail, elapsed, terminated_by)
     if invalid:  # never stored as measured: the report could not trust a field of it
         return Outcome("failed", invalid, None, returncode, log_tail, elapsed)
     if returncode == 0 and metrics and metrics.get("status") == "ok":

@@ -1,4 +1,4 @@
-"""benchc's own ending by a signal: SIGTERM or SIGHUP raised as an exception the command line
+"""benchc's own ending by a signal: SIGTERM, SIGHUP or SIGQUIT raised as an exception the command line
 and the runner catch, so every way out runs the same finally blocks as Ctrl-C. Kept apart
 from processes.py so the command line can catch it without importing subprocess."""
 
@@ -6,7 +6,8 @@ from __future__ import annotations
 
 
 class Terminated(BaseException):
-    """benchc itself got SIGTERM or SIGHUP (a scheduler's cancel, a closed terminal)."""
+    """benchc itself got SIGTERM, SIGHUP or SIGQUIT (a scheduler's cancel, a closed terminal,
+    Ctrl-\\ at the terminal)."""
 
     def __init__(self, signum: int):
         import signal  # here, not at import: `benchc compile` never needs its enumerations

@@ -103,9 +103,10 @@ def anything_left(processes: list[subprocess.Popen], value: str, groups: set[int
 
 @contextmanager
 def signals_held():
-    """Ctrl-C, SIGTERM and SIGHUP are ignored inside: what it guards (stopping a run,
+    """Ctrl-C, SIGTERM, SIGHUP and SIGQUIT are ignored inside: what it guards (stopping a run,
     recording how it ended) is not cut short."""
-    held = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    endings = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+    held = {sig: signal.signal(sig, signal.SIG_IGN) for sig in endings}
     try:
         yield
     finally:

@@ -11,6 +11,10 @@ from ..diagnostics import Diagnostic
 from ..plan.lower import Resolved
 from ..plan.types import InferWorkload, LlamaModel, Plan, SD3Pipeline
 
+# Precisions a target's chip has that benchc generates no program for yet (`benchc targets`
+# shows them apart; check refuses them with the reason).
+NOT_GENERATED_PRECISIONS = ("fp8",)
+
 
 def check_capabilities(plan: Plan, r: Resolved) -> list[Diagnostic]:
     found = list(_not_generated(plan, r)) + list(_accelerate(plan, r)) + list(_compile_warmup(plan, r))
@@ -38,7 +42,7 @@ def _not_generated(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:
             yield Diagnostic(f"the SD3 pipeline benchmark runs on one device, not nodes x devices_per_node "
                              f"= {c.nodes} x {c.devices_per_node}", _span(r, "cluster", where),
                              hint=_LATER)  # fmt: skip
-    if w.precision == "fp8":
+    if w.precision in NOT_GENERATED_PRECISIONS:
         yield Diagnostic("fp8 programs are not generated yet (they need Transformer Engine on CUDA "
                          "or Intel Neural Compressor on Gaudi)", _span(r, w_kind, "precision"),
                          hint=_LATER)  # fmt: skip
@@ -94,18 +98,23 @@ def _accelerate(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:
 
 
 def _compile_warmup(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:
-    """The first step of a compiled training program compiles: it must not be measured."""
+    """The first step (training) or call (inference) of a compiled program compiles, and the
+    first call with graphs captures them: it must not be measured."""
     w = plan.workload
-    if isinstance(w, InferWorkload) or plan.tuning is None or plan.tuning.compile == "off" or w.warmup:
+    graphs = isinstance(w, InferWorkload) and w.graphs  # captured by the first call
+    if plan.tuning is None or (plan.tuning.compile == "off" and not graphs) or w.warmup:
         return
-    why = (
-        "train.compile = true"
-        if w.compile
-        else f"optimize = {plan.tuning.tier} compiles on {plan.target.name}"
-    )
-    yield Diagnostic(f"train.warmup = 0, but the first step compiles ({why}) and would be measured",
-                     _span(r, "train", "warmup"),
-                     hint="write train.warmup = 1 or more, or train.compile = false")  # fmt: skip
+    block = "infer" if isinstance(w, InferWorkload) else "train"
+    first = "call" if block == "infer" else "step"
+    if w.compile:
+        what = f"compiles ({block}.compile = true)"
+    elif plan.tuning.compile != "off":
+        what = f"compiles (optimize = {plan.tuning.tier} compiles on {plan.target.name})"
+    else:
+        what = "captures its graphs (infer.graphs = true)"
+    hint = f"write {block}.warmup = 1 or more" + ("" if graphs else f", or {block}.compile = false")
+    yield Diagnostic(f"{block}.warmup = 0, but the first {first} {what} and would be measured",
+                     _span(r, block, "warmup"), hint=hint)  # fmt: skip
 
 
 def _gaudi_fsdp(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:

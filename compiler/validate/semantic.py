@@ -119,11 +119,11 @@ def heads_divide(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:
                 notes=(),
             )
     if isinstance(model, LlamaModel):
-        if model.hidden % model.heads:
+        if model.hidden % model.heads and r.model.get("head_dim") is None:
             yield Diagnostic(
                 f"llama hidden ({model.hidden}) is not divisible by heads ({model.heads})",
                 _span(r, "model", kind, "hidden"),
-                hint="rule: head_dim = hidden / heads must be a whole number",
+                hint="rule: head_dim = hidden / heads must be a whole number (or set head_dim)",
             )
         if model.heads % model.kv_heads:
             yield Diagnostic(
@@ -131,6 +131,22 @@ def heads_divide(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:
                 _span(r, "model", kind, "kv_heads"),
                 hint="rule: grouped-query attention shares each KV head among heads / kv_heads query heads",
             )
+
+
+@rule
+def llama_head_dim_even(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:
+    """A Llama's head_dim is even: rotary position embeddings turn pairs of its dimensions."""
+    model = plan.model
+    if not isinstance(model, LlamaModel) or model.head_dim % 2 == 0:
+        return
+    written = r.model.get("head_dim") is not None
+    at = _span(r, "model", "llama", "head_dim" if written else "heads")
+    how = "" if written else f" (hidden / heads = {model.hidden} / {model.heads})"
+    yield Diagnostic(
+        f"llama head_dim{how} is {model.head_dim}, an odd number",
+        at,
+        hint="rule: head_dim % 2 == 0: rotary position embeddings rotate pairs of dimensions",
+    )
 
 
 @rule
@@ -259,6 +275,13 @@ def objective_and_metric(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:
             _span(r, "measure", "metric"),
             hint=f"metrics of this workload: {', '.join(allowed)}",
         )
+    elif plan.measure.metric == "tpot_s" and isinstance(w, InferWorkload) and (w.output_tokens or 0) < 2:
+        yield Diagnostic(
+            f"metric tpot_s needs at least 2 output tokens; infer.output_tokens = {w.output_tokens}",
+            _span(r, "measure", "metric"),
+            hint="time per output token is measured over the tokens after the first: raise "
+            "infer.output_tokens, or measure ttft_s",
+        )
 
 
 @rule
@@ -282,12 +305,34 @@ def workload_options(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:
 
 @rule
 def slurm_log_inside_the_build(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:
-    """The job's log file stays inside its build point (no `..` in slurm.log)."""
+    """The job's log file stays inside its build point (no `..` in slurm.log), in a folder
+    compile can make (no % pattern in it)."""
     if ".." in plan.slurm.log.split("/"):
         yield Diagnostic(
             f'slurm.log must stay inside the build point, not "{plan.slurm.log}"',
             _span(r, "slurm", "log"),
             hint='rule: a relative path without "..", e.g. "logs/slurm-%j.out"',
+        )
+    elif "%" in plan.slurm.log.rpartition("/")[0]:
+        yield Diagnostic(
+            f'slurm.log\'s folder cannot hold a % pattern: "{plan.slurm.log}"',
+            _span(r, "slurm", "log"),
+            hint="compile makes the log's folder (Slurm creates none), so it must be a fixed name; "
+            'put the pattern in the file name, e.g. "logs/slurm-%j.out"',
+        )
+
+
+@rule
+def weights_path_printable(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:
+    """A weights path holds no control character (a NUL cuts it short in every system call;
+    a newline or an escape sequence misleads whoever reads it)."""
+    weights = getattr(plan.model, "weights", None)
+    bad = next((c for c in weights or "" if ord(c) < 32 or 127 <= ord(c) < 160), None)
+    if bad is not None:
+        yield Diagnostic(
+            f"the weights path holds a control character (U+{ord(bad):04X})",
+            _span(r, "model", plan.model.kind, "weights"),
+            hint="write the folder's path as it is on disk; no path holds control characters",
         )
 
 

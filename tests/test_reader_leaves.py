@@ -1,0 +1,30 @@
+"""A reader that leaves early (`benchc run ... | head -4`) stops no work: every point still
+runs and is recorded, the output it would have read is dropped, and the exit status says
+how the runs went."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from benchc.results.store import Store
+
+from conftest import REPO
+
+
+def test_run_piped_into_head_runs_and_records_every_point(tmp_path):
+    db = tmp_path / "results.db"
+    # the smoke's two nodes, each a launcher here: progress comes from threads reading them
+    command = [sys.executable, "-m", "benchc", "run", "specs/sd3.bench", "--target", "cpu", "--smoke",
+               "-o", str(tmp_path / "build"), "--db", str(db)]  # fmt: skip
+    runner = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              env={**os.environ, "OMP_NUM_THREADS": "1"})  # fmt: skip
+    first = [runner.stdout.readline() for _ in range(4)]  # what `head -4` reads, then it leaves
+    runner.stdout.close()
+    _, err = runner.communicate(timeout=600)
+    assert all(first), first
+    assert runner.returncode == 0, err.decode()[-3000:]
+    records = Store(db).runs()
+    assert sorted(r.point for r in records) == ["batch-16", "batch-32"]  # the second point too
+    assert {r.status for r in records} == {"ok"}
