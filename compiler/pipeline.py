@@ -17,7 +17,7 @@ from .plan.smoke import shrink
 from .plan.types import Plan
 from .plan.variants import MAX_POINTS, Override, expand, parse_override
 from .records import frozen
-from .validate.fits import check_fits
+from .validate.fits import check_fits, smoke_advice
 from .validate.schema import validate_settings
 from .validate.semantic import check_names, check_plan
 
@@ -124,6 +124,9 @@ def plan_spec(
         if not found:
             plans.append(plan)
             warnings += check_fits(plan, resolved)
+            advice = smoke_advice(plan)
+            if advice:
+                notes.append(advice)
     if problems:
         raise BenchError(problems)
     return PlanSet(document, tuple(chosen), tuple(plans), tuple(dict.fromkeys(notes)), tuple(warnings))

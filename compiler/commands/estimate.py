@@ -100,6 +100,8 @@ def _record(plan) -> dict:
             "free_bytes": None if memory.capacity is None else memory.capacity - memory.total,
             "activations_without_checkpointing_bytes": memory.activations_off,
             "activations_with_checkpointing_bytes": memory.activations_on,
+            "host_bytes": memory.host,  # the cpu: this host's memory, which its processes share
+            "processes": memory.processes,
         },
         "roofline": line.record(),
         "references": [
@@ -125,12 +127,15 @@ def _fit_line(record: dict, target: str) -> str:
     if m["fits"] is None:
         return f"{total} per device; {target} states no memory size: not checked"
     share = m["total_bytes"] / m["capacity_bytes"]
+    of, free, over = f"of {_gb(m['capacity_bytes'])} per device", m["free_bytes"], -m["free_bytes"]
+    if m["host_bytes"] is not None:  # the cpu: the node's processes share this host's memory
+        n = m["processes"]
+        total = f"{n} process{'es' if n != 1 else ''} x {total} = {_gb(n * m['total_bytes'])}"
+        of, free, over = f"of {_gb(m['host_bytes'])}, this host's memory", n * free, n * over
     if m["fits"]:
         tight = ", tight: little left for the runtime" if m["tight"] else ""
-        free, used = _gb(m["free_bytes"]), _figure(share * 100)
-        return f"{total} of {_gb(m['capacity_bytes'])} per device: fits, {free} free ({used}% used{tight})"
-    return (f"{total} of {_gb(m['capacity_bytes'])} per device: does NOT fit, "
-            f"{_gb(-m['free_bytes'])} over ({_figure(share)}x the memory)")  # fmt: skip
+        return f"{total} {of}: fits, {_gb(free)} free ({_figure(share * 100)}% used{tight})"
+    return f"{total} {of}: does NOT fit, {_gb(over)} over ({_figure(share)}x the memory)"
 
 
 def _text(record: dict, plan) -> str:

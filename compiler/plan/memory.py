@@ -26,9 +26,16 @@ a working set for the largest transient tensors.
 build: where the program builds the whole model (training: fp32) before sharding or splitting
 it (not on the meta device, not under ZeRO-3), 4P on every device; the peak is the larger of
 that and the steady parts above.
+
+capacity: the target's `memory_gb`; the cpu target states none, so its capacity is this host's
+physical memory shared by the node's processes (host / devices_per_node per process), read by
+host_memory() when estimated and never written into a plan.
 """
 
 from __future__ import annotations
+
+import math
+import os
 
 from ..catalog.sd3_components import FULL, SMOKE
 from ..records import frozen
@@ -41,6 +48,7 @@ FP32 = 4
 OPTIMIZER_STATES = {"adamw": 2, "adam": 2}  # fp32 tensors per parameter (exp_avg, exp_avg_sq)
 ZERO_REDUCE_BUCKET = 500_000_000  # DeepSpeed's default reduce_bucket_size, in elements
 TIGHT = 0.9  # a total above this share of the device's memory leaves little for the runtime
+HOST_MEMORY_VARIABLE = "BENCHC_HOST_MEMORY_BYTES"  # stands for this host's memory (tests, other hosts)
 
 
 @frozen
@@ -57,6 +65,8 @@ class Memory:
     activations_off: float | None = None  # training: activations without checkpointing
     activations_on: float | None = None  # ... and with it
     build: float = 0.0  # the model built whole before it is sharded or split
+    host: float | None = None  # cpu: this host's memory, of which capacity is one process's share
+    processes: int = 1  # cpu: the processes of one node, which share the host's memory
 
     @property
     def steady(self) -> float:
@@ -381,10 +391,48 @@ def inference_working(plan: Plan) -> tuple[float, str]:
 # ------------------------------------------------------------------ the estimate
 
 
+def host_memory() -> float | None:
+    """This host's physical memory in bytes: BENCHC_HOST_MEMORY_BYTES where set to a positive
+    number, else sysconf's pages x page size, else /proc/meminfo's MemTotal; None if none answers.
+    Only fit verdicts read it (check's warnings, estimate), never a plan or a generated file."""
+    try:
+        value = float(os.environ.get(HOST_MEMORY_VARIABLE, "") or "nan")
+        if math.isfinite(value) and value > 0:
+            return value
+    except ValueError:
+        pass  # not a number: as if unset
+    try:
+        value = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        if value > 0:
+            return float(value)
+    except (AttributeError, ValueError, OSError):
+        pass
+    try:
+        with open("/proc/meminfo", encoding="ascii", errors="replace") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemTotal:"):
+                    return float(line.split()[1]) * 1024  # kB
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _capacity(plan: Plan) -> dict:
+    """Memory's capacity fields: the target's memory, or on the cpu this host's, shared by the
+    node's processes (each holds its own copy of the parts)."""
+    t = plan.target
+    if t.memory_gb is not None:
+        return {"capacity": t.memory_gb * GB}
+    host = host_memory() if t.family == "cpu" else None
+    if host is None:
+        return {"capacity": None}
+    processes = plan.cluster.devices_per_node
+    return {"capacity": host / processes, "host": host, "processes": processes}
+
+
 def estimate_memory(plan: Plan) -> Memory:
     """Every part on one device at its peak, and the target's memory (None: unknown)."""
-    t = plan.target
-    capacity = None if t.memory_gb is None else t.memory_gb * GB
+    capacity = _capacity(plan)
     if isinstance(plan.workload, InferWorkload):
         b = BYTES[plan.workload.precision]
         where = f" / tensor {plan.parallel.tensor} (layers)" if plan.parallel.tensor > 1 else ""
@@ -396,7 +444,7 @@ def estimate_memory(plan: Plan) -> Memory:
             )
         working, how = inference_working(plan)
         parts.append(Part("activations", working, how))
-        return Memory(tuple(parts), capacity, build=whole_build(plan))
+        return Memory(tuple(parts), build=whole_build(plan), **capacity)
     off = training_activations(plan, False)
     on = training_activations(plan, True)
     checkpointing = plan.parallel.activation_checkpointing
@@ -406,4 +454,4 @@ def estimate_memory(plan: Plan) -> Memory:
         *training_states(plan),
         Part("activations", on if checkpointing else off, f"micro batch {batch}: {how}"),
     ]
-    return Memory(tuple(parts), capacity, off, on, whole_build(plan))
+    return Memory(tuple(parts), activations_off=off, activations_on=on, build=whole_build(plan), **capacity)

@@ -5,6 +5,11 @@ it fit, each with the total it would give (plan/memory.py's estimate, the one us
 
 The warning sits at the setting that causes the overflow: the batch when what grows with it
 (activations, KV cache) is the larger share, else the model (its preset, or its block).
+
+The cpu target states no memory: there the capacity is this host's (plan/memory.py's
+host_memory), which the node's processes share, so what must fit is the per-process total x
+processes per node. smoke_advice is the note for a full-size cpu plan: --smoke is what most
+users want there.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import math
 
 from ..diagnostics import Diagnostic, Note
 from ..plan.lower import Resolved
-from ..plan.memory import GB, estimate_memory
+from ..plan.memory import GB, estimate_memory, parameters
 from ..plan.types import InferWorkload, LlamaModel, Plan
 
 BATCH_PARTS = ("activations", "kv_cache")  # what grows with the batch
@@ -23,6 +28,8 @@ SIZE_SETTINGS = ("depth", "layers", "hidden", "intermediate", "heads", "head_dim
 
 
 MORE_MEMORY = "or a target with more memory (benchc targets)"
+SMALL_MODEL = 100_000_000  # parameters: below this a full-size cpu plan gets no --smoke advice
+SMOKE = "or --smoke: a tiny model that runs every code path in a minute, what most users want on a CPU"
 
 
 def _gb(value: float) -> str:
@@ -52,7 +59,12 @@ def _largest_batch(plan: Plan, memory) -> int:
 def _remedies(plan: Plan, memory) -> list[str]:
     found = []
     capacity = memory.capacity
-    verdict = lambda total: f"{_gb(total)}, {'fits' if total <= capacity else 'still over'}"  # noqa: E731
+
+    def verdict(total: float) -> str:
+        n = memory.processes  # the cpu: the node's processes share the host's memory
+        shown = f"{n} x {_gb(total)} = {_gb(n * total)}" if memory.host else _gb(total)
+        return f"{shown}, {'fits' if total <= capacity else 'still over'}"
+
     p, w = plan.parallel, plan.workload
     inference = isinstance(w, InferWorkload)
     largest = _largest_batch(plan, memory)
@@ -63,12 +75,13 @@ def _remedies(plan: Plan, memory) -> list[str]:
     if inference:
         m = plan.model
         wider = p.tensor * 2
-        if isinstance(m, LlamaModel) and m.kv_heads % wider == 0:
+        split = memory.host is None  # not on the cpu: one host holds all its processes
+        if isinstance(m, LlamaModel) and m.kv_heads % wider == 0 and split:
             found.append(f"more tensor parallelism: parallel.tensor = {wider} on as many devices "
                          f"({verdict(_total_with(plan, tensor=wider))})")  # fmt: skip
         elif not isinstance(m, LlamaModel):
             found.append('a smaller model (preset = "sd3-medium"): the SD3 pipeline runs on one device')
-        return found + [MORE_MEMORY]
+        return found + _last(plan, memory)
     if not p.activation_checkpointing:
         total = memory.total - memory.activations_off + memory.activations_on
         found.append(f"activation checkpointing: parallel.activation_checkpointing = true ({verdict(total)})")
@@ -78,10 +91,23 @@ def _remedies(plan: Plan, memory) -> list[str]:
                      f"({verdict(_total_with(plan, sharding=name))})")  # fmt: skip
     elif p.sharding in ("fsdp", "zero3") and memory.total - _growing(memory) > memory.total - capacity:
         found.append("more devices to shard over (cluster.nodes): the states shrink as 1 / data degree")
-    found.append(
-        "more tensor parallelism splits every layer, but tensor-parallel training is not generated yet"
-    )
-    return found + [MORE_MEMORY]
+    if memory.host is None:
+        found.append(
+            "more tensor parallelism splits every layer, but tensor-parallel training is not generated yet"
+        )
+    return found + _last(plan, memory)
+
+
+def _last(plan: Plan, memory) -> list[str]:
+    """More memory; on the cpu, whose processes share the host's: fewer of them, or --smoke."""
+    if memory.host is None:
+        return [MORE_MEMORY]
+    fewer = []
+    most = math.floor(memory.host / memory.total)
+    if plan.parallel.sharding == "none" and plan.parallel.tensor == 1 and 1 <= most < memory.processes:
+        fewer = [f"fewer processes per node: cluster.devices_per_node = {most} or less, with parallel.data "
+                 f"to match ({most} x {_gb(memory.total)} = {_gb(most * memory.total)}, fits)"]  # fmt: skip
+    return fewer + [SMOKE]
 
 
 def check_fits(plan: Plan, resolved: Resolved) -> list[Diagnostic]:
@@ -116,16 +142,39 @@ def check_fits(plan: Plan, resolved: Resolved) -> list[Diagnostic]:
         cause = f"the model's {what} ({_gb(memory.total - growing)}) are the larger share"
     parts = ", ".join(f"{p.name} {_gb(p.bytes)}" for p in memory.parts)
     remedies = _remedies(plan, memory)
-    if remedies == [MORE_MEMORY]:
-        remedies = [MORE_MEMORY.removeprefix("or ")]
+    if len(remedies) == 1:
+        remedies = [remedies[0].removeprefix("or ")]
     ratio = memory.total / memory.capacity
+    if memory.host is None:
+        message = (f"{t.name} / {plan.point} will not fit in memory: {_gb(memory.total)} per device, "
+                   f"{_gb(over)} over the {t.memory_gb:g} GB of one {t.name} ({ratio:.2f}x)")  # fmt: skip
+        note = f"per device: {parts}; {cause}"
+    else:
+        n = memory.processes
+        message = (f"{t.name} / {plan.point} will not fit in this host's memory: {n} process"
+                   f"{'es' if n != 1 else ''} x {_gb(memory.total)} = {_gb(n * memory.total)}, over the "
+                   f"{_gb(memory.host)} of this host ({ratio:.2f}x)")  # fmt: skip
+        note = (f"per process: {parts}; {cause}; the {n} process{'es' if n != 1 else ''} of a node "
+                "(cluster.devices_per_node) share the host's memory")  # fmt: skip
     return [
         Diagnostic(
-            f"{t.name} / {plan.point} will not fit in memory: {_gb(memory.total)} per device, "
-            f"{_gb(over)} over the {t.memory_gb:g} GB of one {t.name} ({ratio:.2f}x)",
+            message,
             at,
             hint="; ".join(remedies) if remedies else None,
-            notes=(Note(f"per device: {parts}; {cause} (benchc estimate shows each formula)"),),
+            notes=(Note(f"{note} (benchc estimate shows each formula)"),),
             severity="warning",
         )
     ]
+
+
+def smoke_advice(plan: Plan) -> str | None:
+    """The note for a full-size plan on the cpu (not --smoke): --smoke is what most users want."""
+    if plan.smoke or plan.target.family != "cpu":
+        return None
+    count = sum(parameters(plan).values())
+    if count < SMALL_MODEL:  # a model this small runs as it is
+        return None
+    return (
+        f"{plan.experiment} on cpu builds the spec's full-size model ({count:,} parameters); "
+        "most users want --smoke on a CPU: a tiny model that runs every code path in a minute"
+    )
