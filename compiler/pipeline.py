@@ -16,6 +16,7 @@ from .plan.lower import build, resolve
 from .plan.smoke import shrink
 from .plan.types import Plan
 from .plan.variants import MAX_POINTS, Override, expand, parse_override
+from .plan.weights import smoke_note
 from .records import frozen
 from .validate.fits import check_fits, smoke_advice
 from .validate.schema import validate_settings
@@ -118,6 +119,8 @@ def plan_spec(
                 resolved = shrunk
                 plan = build(resolved, variant, target, True, tuple(overrides))
                 found = check_plan(plan, resolved)
+                if plan.checkpoint is not None:
+                    notes.append(smoke_note(plan.checkpoint))
         except BenchError as exc:
             found = list(exc.diagnostics)
         problems += found

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import ast
 import json
+import shutil
+from pathlib import Path
 
 import pytest
+from checkpoint_helpers import mmdit_checkpoint
 
 from benchc.codegen.points import render_point
 from benchc.pipeline import plan_spec
@@ -56,29 +59,46 @@ def _control(text: str) -> bool:
     return any(ord(c) < 32 or 127 <= ord(c) < 160 for c in text)
 
 
-def _program(tmp_path, text: str, target: str) -> str:
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory) -> Path:
+    """A real weights folder (check reads it), copied under each nasty name."""
+    return mmdit_checkpoint(tmp_path_factory.mktemp("weights") / "mmdit", num_layers=2)
+
+
+def _weights_folder(tmp_path: Path, checkpoint: Path, name: str) -> Path:
+    folder = tmp_path / "w" / name
+    if not folder.exists():
+        shutil.copytree(checkpoint, folder)
+    return folder.resolve()
+
+
+def _program(tmp_path, checkpoint, text: str, target: str) -> tuple[str, str]:
     path = tmp_path / "safety.bench"
-    weights = "harmless" if _control(text) else text
+    name = "harmless" if _control(text) else text
+    weights = str(_weights_folder(tmp_path, checkpoint, name))
     path.write_text(SPEC.format(text=json.dumps(text), weights=json.dumps(weights), target=target))
     (plan,) = plan_spec(path).plans
-    return render_point(plan)["bench.py"]
+    return render_point(plan)["bench.py"], weights
 
 
 @pytest.mark.parametrize("target", ["cpu", "h100", "gaudi2"])
 @pytest.mark.parametrize("text", NASTY)
-def test_spec_strings_arrive_as_constants(tmp_path, text, target):
-    program = _program(tmp_path, text, target)
-    harmless = _program(tmp_path, "harmless", target)
+def test_spec_strings_arrive_as_constants(tmp_path, checkpoint, text, target):
+    program, weights = _program(tmp_path, checkpoint, text, target)
+    harmless, _ = _program(tmp_path, checkpoint, "harmless", target)
     assert _structure(program) == _structure(harmless)
     constants = [n.value for n in ast.walk(ast.parse(program)) if isinstance(n, ast.Constant)]
-    # description and weights, each exactly once (a weights path with a newline is refused)
-    assert constants.count(text) == (1 if _control(text) else 2)
+    # the description once; the weights path (a folder named by the text, absolute) as the
+    # model's weights and as the checkpoint the program checks (a path with a newline is refused)
+    assert constants.count(text) == 1
+    assert constants.count(weights) == 2
 
 
-def test_launcher_and_manifest_carry_no_spec_strings_unquoted(tmp_path):
+def test_launcher_and_manifest_carry_no_spec_strings_unquoted(tmp_path, checkpoint):
     path = tmp_path / "safety.bench"
     text = "$(touch /tmp/pwned) `id` ; rm -rf /"
-    path.write_text(SPEC.format(text=json.dumps(text), weights=json.dumps(text), target="cpu"))
+    weights = str(_weights_folder(tmp_path, checkpoint, text))
+    path.write_text(SPEC.format(text=json.dumps(text), weights=json.dumps(weights), target="cpu"))
     (plan,) = plan_spec(path).plans
     files = render_point(plan, sbatch=True)
     assert "touch" not in files["launch.sh"] and "touch" not in files["job.sbatch"]
@@ -97,12 +117,14 @@ experiment safety {{
 
 
 @pytest.mark.parametrize("target", ["cpu", "h100", "gaudi2"])
-def test_point_names_from_string_sweeps_reach_shell_files_as_safe_words(tmp_path, target):
+def test_point_names_from_string_sweeps_reach_shell_files_as_safe_words(tmp_path, checkpoint, target):
     """A swept string names the point, which the shell files print (a comment, the job name,
     the rendezvous id): it arrives sanitised, and each file still parses."""
     import subprocess
 
     nasty = ["$(touch /tmp/pwned)", "a'b\"c", "`id`; rm -rf /", "x y"]  # a newline: refused
+    for value in nasty:  # relative: read from the spec's folder
+        shutil.copytree(checkpoint, tmp_path / value, dirs_exist_ok=True)
     path = tmp_path / "swept.bench"
     path.write_text(SWEPT.format(target=target, values=", ".join(json.dumps(v) for v in nasty)))
     plans = plan_spec(path).plans

@@ -12,11 +12,12 @@ import time
 from pathlib import Path
 
 import pytest
+from checkpoint_helpers import mmdit_checkpoint
 from scripted_points import ok_metrics_body, scripted_point
 
 from benchc.results.store import Store
 
-from conftest import REPO, run_benchc
+from conftest import REPO, run_benchc, run_cli
 
 
 def benchc(*args, db: Path, cwd: Path = REPO, timeout: int = 300) -> subprocess.CompletedProcess:
@@ -75,15 +76,21 @@ def test_nan_loss_in_the_real_program_is_recorded_as_failed(tmp_path):
 
 
 def test_a_crashing_real_program_names_the_rank_and_error(tmp_path):
+    """Two real ranks whose weights folder lost its file between compile and run."""
     db = tmp_path / "r.db"
-    sets = ["cluster.nodes=1", "cluster.devices_per_node=2", "parallel.data=2", "train.batch=16",
-            'model.mmdit.weights="/nonexistent/sd3-weights"']  # fmt: skip
-    args = [a for s in sets for a in ("--set", s)]
-    result = benchc("run", "specs/sd3.bench", "--target", "cpu", "-o", str(tmp_path / "b"), *args, db=db)
+    folder = mmdit_checkpoint(tmp_path / "sd3-weights")
+    spec = tmp_path / "tiny.bench"
+    spec.write_text('experiment tiny {\n  model mmdit { weights = "sd3-weights" }\n'
+                    "  train { batch = 2; resolution = 128; steps = 4; warmup = 1; precision = fp32 }\n"
+                    "  cluster { nodes = 1; devices_per_node = 2 }\n  targets = [cpu]\n}\n")  # fmt: skip
+    assert run_cli("compile", str(spec), "-o", str(tmp_path / "b")).code == 0
+    (folder / "diffusion_pytorch_model.safetensors").unlink()
+    (point,) = {p.parent for p in (tmp_path / "b").glob("**/bench.py")}
+    result = benchc("run", str(point), db=db)
     assert result.returncode == 1
     record = only_run(db)
     assert record.status == "failed" and "rank 0 raised" in record.cause
-    assert "sd3-weights" in record.cause
+    assert "sd3-weights" in record.cause and "missing" in record.cause
 
 
 def test_timeout_stops_the_whole_process_group(tmp_path):

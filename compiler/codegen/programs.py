@@ -181,6 +181,8 @@ def _common_settings(plan: Plan, model_settings: dict, items_per_sample: int) ->
         # acts on the knobs and records them in its metrics
         "optimize": {"tier": plan.tuning.tier, "knobs": plan.tuning.knobs()},
         "params": plan.cost.params if plan.cost else None,
+        # the weights folder checked before the run (loaded unless --smoke), or None
+        "checkpoint": None if plan.checkpoint is None else {"path": plan.checkpoint, "load": not plan.smoke},
         "peak_flops_per_device": plan.target.peak_flops(plan.workload.precision),
     }
 
@@ -233,6 +235,7 @@ def import_lines(
     deepspeed: bool = False,
     runtime: str = "torch",
     grouped: bool = False,
+    checkpoint: bool = False,
 ) -> list[str]:
     """The third-party imports of a program, sorted and laid out as ruff (isort) wants them."""
     plain = {"import torch", "import torch.distributed as dist"}
@@ -273,6 +276,8 @@ def import_lines(
             need("transformers.masking_utils", "AttentionMaskInterface", "sdpa_mask")
         if family == "hpu":
             need("optimum.habana.transformers.modeling_utils", "adapt_transformers_to_gaudi")
+    if checkpoint:  # core_weights.py.j2
+        need("safetensors", "safe_open")
     if kind != "sd3":  # core_meta.py.j2
         need("accelerate", "init_empty_weights")
     if workload == "train" and runtime == "accelerate":
@@ -349,8 +354,15 @@ def render_program(plan: Plan, env: jinja2.Environment | None = None) -> str:
         "kind": kind,
         "workload": plan.workload.kind,
         "imports": import_lines(
-            family, kind, workload, uses_deepspeed(plan), plan.runtime, grouped_llama(plan)
+            family,
+            kind,
+            workload,
+            uses_deepspeed(plan),
+            plan.runtime,
+            grouped_llama(plan),
+            plan.checkpoint is not None,
         ),
+        "checkpoint": plan.checkpoint is not None,
         "deepspeed": uses_deepspeed(plan),
         "model_core": f"model_{kind}.py.j2",
         "grouped_attention": grouped_llama(plan),

@@ -36,6 +36,7 @@ from .types import (
     TrainWorkload,
 )
 from .variants import Settings, Variant
+from .weights import resolve_weights
 
 VAE_DOWNSAMPLING = 8
 
@@ -236,6 +237,7 @@ def _resolve_model(settings: Settings, kind: str, problems: list) -> dict:
     written = settings.get(("model", kind), {})
     model = dict(MODEL_DEFAULTS[kind])
     preset = written.get("preset")
+    preset_values: dict = {}
     if preset is not None:
         known = PRESETS[kind]
         if preset not in known:
@@ -246,8 +248,11 @@ def _resolve_model(settings: Settings, kind: str, problems: list) -> dict:
                     hint=choices_hint(preset, known, f"{kind} presets"),
                 )
             )
-        model.update(known[preset])
+        preset_values = known[preset]
+        model.update(preset_values)
     model.update(written)
+    if model["weights"] is not None:  # the checkpoint gives the shape the spec left to it
+        resolve_weights(settings, kind, model, preset_values, problems)
     if kind == "sd3" and "text_tokens" in written:
         problems.append(
             Diagnostic(
@@ -257,7 +262,9 @@ def _resolve_model(settings: Settings, kind: str, problems: list) -> dict:
             )
         )
     missing = [key for key in REQUIRED_MODEL[kind] if model.get(key) is None]
-    if missing:
+    if missing and model["weights"] is not None:  # its weights error says why
+        model.update(dict.fromkeys(missing, 1))
+    elif missing:
         presets = ", ".join(f'"{p}"' for p in PRESETS[kind])
         problems.append(
             Diagnostic(
@@ -352,6 +359,7 @@ def build(resolved: Resolved, variant: Variant, target: Target, smoke: bool,
         cost=_cost(model, workload),
         prices=_prices(r.settings.get(("prices",))),
         runtime=runtime,
+        checkpoint=r.model.get("checkpoint", r.model["weights"]),
         tuning=derive_tuning(
             str(r.settings.get(("optimize",), DEFAULT_TIER)),
             target.family,

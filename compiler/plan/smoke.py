@@ -53,8 +53,12 @@ def shrink(resolved: Resolved, real_grad_accum: int = 1) -> Resolved:
         model["head_dim"] = SMOKE_LLAMA_HEAD_DIM if own_head_dim else None
     else:
         model.update(SMOKE_MODEL[r.model_kind])
+        model["caption_projection_dim"] = None  # derived: the smoke model's hidden size
     model["preset"] = None
-    model["weights"] = None  # real weights never fit a smoke run
+    # real weights never fit a smoke run: the program checks the folder against the model
+    # the full run builds from it, then runs the tiny model with random weights
+    model["checkpoint"] = model["weights"]
+    model["weights"] = None
 
     w = r.workload
     if r.workload_kind == "train":  # keep accumulation on if the real run accumulates

@@ -88,6 +88,10 @@ def summarize(plan: Plan) -> str:
         lines.insert(-1, f"  optimize  {plan.tuning.describe()}")
     if plan.runtime != "torch":
         lines.insert(-1, f"  runtime   {plan.runtime} (the training step driven by its Accelerator)")
+    if plan.checkpoint is not None:
+        how = ("checked by the program before it runs the tiny model (random weights)" if plan.smoke
+               else "shape from its config, tensors checked; loaded by the program")  # fmt: skip
+        lines.insert(5, f"  weights   {_one_line(plan.checkpoint)} ({how})")
     if plan.description:
         lines.insert(1, f"  about     {_one_line(plan.description)}")
     for ref in plan.references:

@@ -206,6 +206,9 @@ class Plan:
     prices: PriceList | None = None  # the spec's prices block (None: none)
     runtime: str = "torch"  # what drives training: torch itself, or accelerate's Accelerator
     tuning: Tuning | None = None  # the optimisation tier and the knobs it turned on (tuning.py)
+    # the weights folder the program checks (safetensors headers against the model its config
+    # builds) before it runs: the one it loads, or under --smoke the one the full run will load
+    checkpoint: str | None = None
     schema_version: int = PLAN_SCHEMA_VERSION
 
     def to_dict(self) -> dict:

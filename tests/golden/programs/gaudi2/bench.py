@@ -109,6 +109,7 @@ PLAN = {
         },
     },
     "params": 2028328000,
+    "checkpoint": None,
     "peak_flops_per_device": 432000000000000.0,
     "train": {
         "precision": "bf16",
@@ -255,7 +256,9 @@ class Device:
 def build_model(model_plan: dict):
     """diffusers' SD3Transformer2DModel: local weights if named, else its config."""
     if model_plan["weights"]:
-        return SD3Transformer2DModel.from_pretrained(model_plan["weights"])
+        return SD3Transformer2DModel.from_pretrained(
+            model_plan["weights"], local_files_only=True
+        )
     return SD3Transformer2DModel(**model_plan["config"])
 
 

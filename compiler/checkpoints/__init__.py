@@ -1,0 +1,1 @@
+"""Local weights folders: what they hold, read without torch."""
