@@ -146,11 +146,32 @@ def test_what_the_docs_say_of_gaudis_prompt_padding_is_true_of_its_pipeline():
     assert "333 -> 384" in (REPO / "docs" / "programs.md").read_text()
 
 
-@pytest.mark.parametrize("spec", ["sd3.bench", "beluga-train.bench", "sd3-infer.bench", "beluga-infer.bench"])
-def test_every_program_prints_its_headline_metric_in_its_own_unit(spec):
-    program = spec_files(spec, "cpu", smoke=True)["bench.py"]
+@pytest.mark.parametrize(
+    "spec, metric, shown",
+    [
+        ("sd3.bench", None, (None, "images/s")),
+        ("beluga-train.bench", None, (None, "tokens/s")),
+        (
+            "sd3-infer.bench",
+            None,
+            ({"section": "pipeline", "key": "s_per_image", "unit": "s/image"}, "images/s"),
+        ),
+        ("beluga-infer.bench", None, (None, "output tokens/s")),
+        (
+            "beluga-infer.bench",
+            "tpot_s",
+            ({"section": "generation", "key": "tpot_s", "unit": "s"}, "output tokens/s"),
+        ),
+    ],
+)
+def test_every_program_prints_its_headline_metric_in_its_own_unit(spec, metric, shown):
+    """The program takes its headline from the plan (catalog/metrics.py's table): a latency's
+    section, key and unit, else the job's throughput in the workload's unit."""
+    overrides = [f"measure.metric={metric}"] if metric else []
+    program = spec_files(spec, "cpu", smoke=True, overrides=overrides)["bench.py"]
     assert "value, unit = headline(metrics)" in program
-    assert '"s_per_image": ("pipeline", "s_per_image", "s/image")' in program
+    plan = plan_literal(program)
+    assert (plan["headline"], plan["unit"]) == shown
 
 
 def test_the_text_plan_shows_parameters_and_flops_per_sample():

@@ -11,6 +11,7 @@ from pathlib import PurePath
 import jinja2
 
 from .. import __version__
+from ..catalog.metrics import METRICS
 from ..catalog.sd3_components import CLIP_TOKENS
 from ..catalog.sd3_components import FULL as FULL_PARTS
 from ..catalog.sd3_components import SMOKE as SMOKE_PARTS
@@ -24,11 +25,12 @@ PROGRAM = "bench.py"
 # inference programs: (core template, entry function) by model kind
 ENTRIES = {"llama": ("core_generate.py.j2", "generate_benchmark"),
            "sd3": ("core_pipeline.py.j2", "pipeline_benchmark")}  # fmt: skip
-# The unit of a program's throughput, by the spec's headline metric (latency metrics are
-# reported beside the throughput: s/image, TTFT, TPOT).
-UNITS = {"images_per_s": "images/s", "s_per_image": "images/s", "tokens_per_s": "tokens/s",
-         "output_tokens_per_s": "output tokens/s", "ttft_s": "output tokens/s",
-         "tpot_s": "output tokens/s"}  # fmt: skip
+def _latency(name: str) -> dict | None:
+    """Where a latency headline sits in the metrics and its unit; None: the throughput."""
+    metric = METRICS[name]
+    if metric.section is None:
+        return None
+    return {"section": metric.section, "key": metric.key, "unit": metric.unit}
 
 
 def _mmdit_model(model: MMDiTModel, work: TrainWorkload) -> dict:
@@ -166,7 +168,9 @@ def _common_settings(plan: Plan, model_settings: dict, items_per_sample: int) ->
         "metrics_schema_version": METRICS_SCHEMA_VERSION,
         "workload": plan.workload.kind,
         "metric": plan.measure.metric,
-        "unit": UNITS.get(plan.measure.metric, plan.measure.metric),
+        # the unit of the program's throughput; a latency headline's section, key and unit
+        "unit": METRICS[plan.measure.metric].throughput_unit,
+        "headline": _latency(plan.measure.metric),
         "items_per_sample": items_per_sample,  # 1 image, or seq_len tokens, per sample
         "world_size": plan.cluster.world_size,
         "model": model_settings,

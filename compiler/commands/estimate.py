@@ -41,7 +41,7 @@ def _seconds(value: float | None) -> str:
 
 def _figure(value: float | None) -> str:
     """Every figure estimate computes, to 3 significant figures (as reports and plans show them)."""
-    from ..report.headline import sig
+    from ..figures import sig
 
     return sig(value)
 

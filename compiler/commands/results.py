@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import __version__
-from ..codegen.programs import UNITS
+from ..catalog.metrics import METRICS
 from ..diagnostics import choices_hint, error
 from ..results.statuses import STATUSES
 from . import flags
@@ -163,7 +163,8 @@ def _trials(points, store: Store, args) -> int:
             items = sequences * (workload.get("seq_len") or workload.get("output_tokens") or 1)  # per step
             outcome = Outcome("unknown", "benchc stopped before the run ended", None, None, "", 0.0)
             try:
-                with Progress(label, items or None, UNITS.get(metric, metric)) as progress:
+                unit = METRICS[metric].throughput_unit if metric in METRICS else metric
+                with Progress(label, items or None, unit) as progress:
                     outcome = execute(point, run_dir, timeout, progress.line)
             except KeyboardInterrupt:  # between the trial's start and its launch
                 outcome = Outcome("interrupted", "interrupted by the user (Ctrl-C)", None, None, "", 0.0)
@@ -186,7 +187,8 @@ def _trials(points, store: Store, args) -> int:
 
 
 def _say(label: str, run_id: str, outcome, metric: str | None) -> None:
-    from ..report.headline import headline, sig
+    from ..figures import sig
+    from ..report.headline import headline
 
     if outcome.status == "ok":
         m = outcome.metrics

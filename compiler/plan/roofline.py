@@ -21,15 +21,13 @@ hierarchical algorithm; per device, an all-reduce (k = 2) or an all-gather/reduc
 
 from __future__ import annotations
 
+from ..catalog.metrics import METRICS
+from ..figures import normal_unit, sig
 from ..records import frozen
-from ..report.headline import METRICS as HEADLINES
-from ..report.headline import normal_unit, sig
 from .flops import llama_generate_flops
 from .memory import BYTES, FP32, effective_sharding, local_weights, optimizer_states, parameters
 from .types import InferWorkload, LlamaModel, Plan
 
-UNITS = {"images_per_s": "images/s", "tokens_per_s": "tokens/s", "output_tokens_per_s": "output tokens/s",
-         "s_per_image": "s/image", "ttft_s": "s", "tpot_s": "s"}  # fmt: skip
 RECOMPUTE = 4 / 3  # activation checkpointing runs the forward again: 4 passes' FLOPs, not 3
 
 
@@ -289,7 +287,7 @@ def _pipeline(plan: Plan) -> Phase:
 
 def roofline(plan: Plan) -> Roofline:
     w, metric, world = plan.workload, plan.measure.metric, plan.cluster.world_size
-    lower = HEADLINES[metric].lower_is_better
+    lower = METRICS[metric].lower_is_better
     if not isinstance(w, InferWorkload):
         phases = _training(plan)
         tokens = w.seq_len if isinstance(plan.model, LlamaModel) else 1
@@ -315,7 +313,17 @@ def roofline(plan: Plan) -> Roofline:
             best = seconds[-1] / max(w.output_tokens - 1, 1) if len(phases) > 1 else None
     peak = plan.target.peak_flops(w.precision)
     return Roofline(
-        phases, metric, UNITS[metric], lower, best, world, per, label, items, peak, plan.target.hbm_tb_s
+        phases,
+        metric,
+        METRICS[metric].shown_unit,
+        lower,
+        best,
+        world,
+        per,
+        label,
+        items,
+        peak,
+        plan.target.hbm_tb_s,
     )
 
 

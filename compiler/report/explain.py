@@ -27,14 +27,15 @@ from __future__ import annotations
 import math
 from itertools import combinations
 
+from ..catalog.metrics import metrics_of
+from ..figures import sig
 from ..records import frozen
 from .collect import Row, Section
-from .headline import sig
 from .prices import Prices
 
 PER = {"images/s": (1_000, "1,000 images"), "tokens/s": (1e6, "1M tokens"),
        "output tokens/s": (1e6, "1M output tokens")}  # fmt: skip
-GENERATION_METRICS = ("output_tokens_per_s", "ttft_s", "tpot_s")
+GENERATION_METRICS = metrics_of("infer", "llama")
 
 
 @frozen

@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import BinaryIO
 
+from ..figures import sig
 from .collect import Section
 from .explain import stored_number
-from .headline import sig
 from .render import headline_header
 
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import html
 import re
 
+from ..figures import sig
 from .collect import Row, Section
 from .explain import bound_lines, cost_lines, runtime_lines, split_lines, tier_lines
-from .headline import sig
 from .prices import Prices, valid_currency, valid_price
 
 

@@ -1,0 +1,54 @@
+"""The headline metrics a spec can name (`measure.metric`): one table, read by the plan, the
+generated programs, the console and the reports.
+
+Each metric says which workloads measure it (the first of a workload's metrics is its
+default), whether lower is better, where its value sits in a metrics file (a section and
+key; None: the job's throughput), the unit it is shown in, and the unit of the program's
+throughput line, which a latency metric's program also prints.
+"""
+
+from __future__ import annotations
+
+from ..records import frozen
+
+
+@frozen
+class Metric:
+    name: str
+    label: str
+    lower_is_better: bool
+    section: str | None  # where the value sits in a metrics file; None: the job throughput
+    key: str | None
+    unit: str | None  # the headline's unit where it is a latency; None: the throughput's own
+    throughput_unit: str  # the unit of the program's throughput (images/s, tokens/s, ...)
+    workloads: tuple[tuple[str, str], ...]  # (workload, model kind) whose programs measure it
+
+    @property
+    def shown_unit(self) -> str:
+        """The unit the headline is shown in: its own, or the throughput's."""
+        return self.unit or self.throughput_unit
+
+
+_TRAIN_MMDIT, _TRAIN_LLAMA = ("train", "mmdit"), ("train", "llama")
+_INFER_SD3, _INFER_LLAMA = ("infer", "sd3"), ("infer", "llama")
+
+METRICS: dict[str, Metric] = {
+    m.name: m
+    for m in (
+        Metric("images_per_s", "throughput", False, None, None, None, "images/s", (_TRAIN_MMDIT,)),
+        Metric("tokens_per_s", "throughput", False, None, None, None, "tokens/s", (_TRAIN_LLAMA,)),
+        Metric("output_tokens_per_s", "throughput", False, None, None, None, "output tokens/s",
+               (_INFER_LLAMA,)),
+        Metric("s_per_image", "seconds per image", True, "pipeline", "s_per_image", "s/image", "images/s",
+               (_INFER_SD3,)),
+        Metric("ttft_s", "time to first token", True, "generation", "ttft_s", "s", "output tokens/s",
+               (_INFER_LLAMA,)),
+        Metric("tpot_s", "time per output token", True, "generation", "tpot_s", "s", "output tokens/s",
+               (_INFER_LLAMA,)),
+    )
+}  # fmt: skip
+
+
+def metrics_of(workload: str, kind: str) -> tuple[str, ...]:
+    """The metrics a workload's program measures, its default first."""
+    return tuple(name for name, m in METRICS.items() if (workload, kind) in m.workloads)
