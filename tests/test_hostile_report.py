@@ -15,8 +15,8 @@ import pytest
 from markdown_it import MarkdownIt
 from scripted_points import ok_metrics
 
+from benchc.figures import sig
 from benchc.report import prices as prices_module
-from benchc.report.headline import sig
 from benchc.results.store import Store
 
 from conftest import REPO, run_cli

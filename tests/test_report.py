@@ -14,7 +14,7 @@ import matplotlib.image
 import pytest
 from scripted_points import ok_metrics
 
-from benchc.report.headline import sig
+from benchc.figures import sig
 from benchc.report.stats import summarize, t95
 from benchc.results.store import Store
 

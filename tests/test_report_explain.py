@@ -13,9 +13,9 @@ from codegen_helpers import plan_literal
 from scripted_points import ok_metrics
 
 from benchc.catalog.targets import TARGETS
+from benchc.figures import sig
 from benchc.pipeline import plan_spec
 from benchc.plan.roofline import roofline
-from benchc.report.headline import sig
 
 from conftest import REPO
 

@@ -1,5 +1,6 @@
 """The headline metrics a spec can name (`measure.metric`): one table, read by the plan, the
-generated programs, the console and the reports.
+generated programs, the console and the reports, and each metric's value read from a metrics
+file.
 
 Each metric says which workloads measure it (the first of a workload's metrics is its
 default), whether lower is better, where its value sits in a metrics file (a section and
@@ -9,6 +10,7 @@ throughput line, which a latency metric's program also prints.
 
 from __future__ import annotations
 
+from ..figures import sig
 from ..records import frozen
 
 
@@ -52,3 +54,24 @@ METRICS: dict[str, Metric] = {
 def metrics_of(workload: str, kind: str) -> tuple[str, ...]:
     """The metrics a workload's program measures, its default first."""
     return tuple(name for name, m in METRICS.items() if (workload, kind) in m.workloads)
+
+
+def metric_of(name: str | None) -> Metric:
+    return METRICS.get(name or "", METRICS["images_per_s"])
+
+
+def value_of(metric: Metric, metrics: dict) -> float | None:
+    if metric.section is None:
+        return (metrics.get("throughput") or {}).get("job")
+    return (metrics.get(metric.section) or {}).get(metric.key)
+
+
+def unit_of(metric: Metric, metrics: dict) -> str:
+    return metric.unit or (metrics.get("throughput") or {}).get("unit", "")
+
+
+def headline(metrics: dict, metric_name: str | None) -> str:
+    """'0.174 s/image' or '1,250 images/s': the headline of one run, for the console."""
+    metric = metric_of(metric_name)
+    value = value_of(metric, metrics)
+    return "-" if value is None else f"{sig(value)} {unit_of(metric, metrics)}"

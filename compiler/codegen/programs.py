@@ -25,6 +25,8 @@ PROGRAM = "bench.py"
 # inference programs: (core template, entry function) by model kind
 ENTRIES = {"llama": ("core_generate.py.j2", "generate_benchmark"),
            "sd3": ("core_pipeline.py.j2", "pipeline_benchmark")}  # fmt: skip
+
+
 def _latency(name: str) -> dict | None:
     """Where a latency headline sits in the metrics and its unit; None: the throughput."""
     metric = METRICS[name]

@@ -103,7 +103,7 @@ def _points(args):
 def submit(args) -> int:
     from ..cluster import jobs, slurm
     from ..results.store import Store
-    from .results import _environment
+    from ..runner.trials import environment
 
     options = _flag_options(args)  # --repeat is bounded by its flag type, as for `run`
     if Path(args.spec).is_dir():  # a build folder: what it lacks is said first
@@ -121,7 +121,7 @@ def submit(args) -> int:
             trials = args.repeat or point.plan.get("measure", {}).get("repeat", 1)
             sbatch_options = [*options, *_time(args, point)]
             job_id, run_ids = jobs.submit_point(store, point, trials=trials, options=sbatch_options, env=env,
-                                                cluster=cluster, environment=_environment())  # fmt: skip
+                                                cluster=cluster, environment=environment())  # fmt: skip
             submitted.update(run_ids)
             where = f" on {cluster}" if cluster else ""
             _say(f"submitted {point.label}: job {job_id}{where}, {trials} trial(s)  "
@@ -146,7 +146,7 @@ def _follow(store: Store, run_ids: set[str] | None) -> int:
 
 
 def _table(records) -> None:
-    from ..report.headline import headline
+    from ..catalog.metrics import headline
 
     if not records:
         _say("no submitted runs")

@@ -7,14 +7,12 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import __version__
-from ..catalog.metrics import METRICS
 from ..diagnostics import choices_hint, error
 from ..results.statuses import STATUSES
 from . import flags
 
 if TYPE_CHECKING:
-    from ..results.store import Store
+    pass
 
 # What a command needs beyond its options is imported when it runs: building the parser (every
 # command, every time) stays cheap for `benchc compile`.
@@ -75,133 +73,18 @@ def _db_option(parser) -> None:
     )
 
 
-def _environment() -> dict:
-    import platform
-    import socket
-
-    return {"host": socket.gethostname(), "platform": platform.platform(),
-            "python": platform.python_version(), "benchc": __version__}  # fmt: skip
-
-
 # ---------------------------------------------------------------- run
 
 
 def run(args) -> int:
     from ..results.store import Store
+    from ..runner.trials import refuse_clusters, run_points
     from .build import build_points
 
     points = build_points(args, "run")
-    _refuse_clusters(points)
+    refuse_clusters(points)
     with Store(args.db) as store:
-        return _run_points(points, store, args)
-
-
-def _refuse_clusters(points) -> None:
-    """`run` runs on this machine: the nodes of a cpu plan all run here (over loopback); the
-    nodes of an accelerator plan cannot, and are said so before anything starts."""
-    remote = [p for p in points if p.nodes > 1 and p.family != "cpu"]
-    if remote:
-        names = ", ".join(f"{p.label} ({p.nodes} nodes)" for p in remote[:3])
-        raise error(
-            f"benchc run runs one machine; these points span several nodes: {names}",
-            None,
-            hint="submit them to a Slurm cluster with `benchc submit`, or start launch.sh on each "
-            "node (docs/clusters.md)",
-        )
-    for p in points:
-        if p.nodes > 1:
-            print(f"  {p.label}: {p.nodes} nodes, each a launcher on this machine (c10d over loopback)")
-
-
-def _run_points(points, store: Store, args) -> int:
-    """Each trial of each point, one after another. SIGTERM, SIGHUP and SIGQUIT to benchc (a
-    scheduler's cancel, a closed terminal, Ctrl-\\) end the run as Ctrl-C does; every trial
-    started is recorded as ended, whatever the way out."""
-    import signal
-
-    from ..runner.interrupts import raise_terminated
-
-    ending = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
-    previous = {sig: signal.signal(sig, raise_terminated) for sig in ending}
-    try:
-        return _trials(points, store, args)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
-def _trials(points, store: Store, args) -> int:
-    from ..results.store import new_id
-    from ..runner.execute import Outcome, execute
-    from ..runner.interrupts import Terminated
-    from ..runner.processes import signals_held
-    from ..runner.progress import Progress
-
-    tally: dict[str, int] = {}
-    for point in points:
-        plan = point.plan
-        repeat = args.repeat or plan.get("measure", {}).get("repeat", 1)
-        timeout = args.timeout or plan.get("measure", {}).get("timeout_s", 3600.0)
-        series = new_id()
-        workload = plan.get("workload", {})
-        for trial in range(1, repeat + 1):
-            manifest = point.manifest
-            run_id = new_id()
-            run_dir = point.path / "runs" / run_id
-            with signals_held():
-                store.start(
-                    run_id=run_id, experiment=manifest["experiment"], target=manifest["target"],
-                    point=manifest["point"], point_values=plan.get("point_values", {}),
-                    smoke=bool(manifest.get("smoke")), spec_path=manifest["spec"]["path"],
-                    spec_sha256=manifest["spec"]["sha256"], build_path=str(point.path.resolve()),
-                    log_path=str((run_dir / "log.txt").resolve()), environment=_environment(),
-                    plan=plan, series=series, trial=trial,
-                )  # fmt: skip
-            label = f"{point.label} [{trial}/{repeat}]"
-            metric = plan.get("measure", {}).get("metric", "")
-            sequences = workload.get("global_batch") or workload.get("batch") or 0
-            items = sequences * (workload.get("seq_len") or workload.get("output_tokens") or 1)  # per step
-            outcome = Outcome("unknown", "benchc stopped before the run ended", None, None, "", 0.0)
-            try:
-                unit = METRICS[metric].throughput_unit if metric in METRICS else metric
-                with Progress(label, items or None, unit) as progress:
-                    outcome = execute(point, run_dir, timeout, progress.line)
-            except KeyboardInterrupt:  # between the trial's start and its launch
-                outcome = Outcome("interrupted", "interrupted by the user (Ctrl-C)", None, None, "", 0.0)
-            except Terminated as signalled:
-                outcome = Outcome("terminated", f"benchc received {signalled}", None, None, "", 0.0,
-                                  signalled.signum)  # fmt: skip
-            finally:
-                with signals_held():  # the row always ends
-                    store.finish(run_id, outcome.status, outcome.cause, outcome.metrics, outcome.log_tail)
-            tally[outcome.status] = tally.get(outcome.status, 0) + 1
-            _say(label, run_id, outcome, metric)
-            if outcome.status in ("interrupted", "terminated"):
-                print(f"benchc: {outcome.status}; the remaining runs were not started", file=sys.stderr)
-                if outcome.status == "interrupted":
-                    return EXIT_INTERRUPTED
-                return 128 + outcome.signum if outcome.signum else EXIT_TERMINATED
-    summary = ", ".join(f"{n} {status}" for status, n in sorted(tally.items()))
-    print(f"{sum(tally.values())} run(s): {summary}; results in {store.path}")
-    return EXIT_OK if set(tally) <= {"ok"} else EXIT_RUN_FAILED
-
-
-def _say(label: str, run_id: str, outcome, metric: str | None) -> None:
-    from ..figures import sig
-    from ..report.headline import headline
-
-    if outcome.status == "ok":
-        m = outcome.metrics
-        step_ms = sig(m["step_time_s"]["median"] * 1e3)
-        rate = f"{sig(m['throughput']['job'])} {m['throughput']['unit']}"
-        head = headline(m, metric)
-        shown = rate if head == rate else f"{head} ({rate})"
-        print(f"ok      {label}: {shown}, step median {step_ms} ms  [run {run_id}]", flush=True)
-    else:
-        print(f"{outcome.status:7} {label}: {outcome.cause}  [run {run_id}]", flush=True)
-        if outcome.log_tail:
-            tail = "\n".join("    " + line for line in outcome.log_tail.splitlines()[-8:])
-            print(tail, flush=True)
+        return run_points(points, store, args.repeat, args.timeout)
 
 
 # ---------------------------------------------------------------- runs, show, export
@@ -235,7 +118,7 @@ def runs(args) -> int:
 def _listed(r) -> tuple[str, str]:
     """(status, result) of a run as `runs` lists it; a row whose plan or metrics cannot be read
     (written by an earlier benchc, or edited) is listed as invalid, with the reason."""
-    from ..report.headline import headline
+    from ..catalog.metrics import headline
     from ..results.plans import stored_plan_problem
 
     problem = stored_plan_problem(r.plan)

@@ -12,14 +12,13 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import replace
 
-from ..catalog.metrics import Metric
+from ..catalog.metrics import Metric, metric_of, unit_of, value_of
 from ..figures import normal_unit
 from ..records import frozen
 from ..results.manifests import HOW_TO_GIVE_ONE
 from ..results.metrics import validation_problems
 from ..results.plans import stored_plan_problem
 from ..results.store import RunRecord
-from .headline import metric_of, unit_of, value_of
 from .stats import Summary, summarize
 
 

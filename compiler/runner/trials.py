@@ -1,0 +1,127 @@
+"""The local trial loop of `benchc run`: each trial of each build point run on this machine,
+one after another, each recorded in the store from its start to its end, whatever the way out
+(cluster/jobs.py is its twin for jobs submitted to Slurm)."""
+
+from __future__ import annotations
+
+import sys
+
+from .. import __version__
+from ..catalog.metrics import METRICS, headline
+from ..diagnostics import error
+from ..figures import sig
+from ..results.store import Store, new_id
+from .execute import Outcome, execute
+from .interrupts import Terminated, raise_terminated
+from .processes import signals_held
+from .progress import Progress
+
+RUN_OK, RUN_FAILED, INTERRUPTED, TERMINATED = 0, 1, 130, 143  # benchc run's exit codes
+
+
+def environment() -> dict:
+    """The host facts stored with every run (local or submitted)."""
+    import platform
+    import socket
+
+    return {"host": socket.gethostname(), "platform": platform.platform(),
+            "python": platform.python_version(), "benchc": __version__}  # fmt: skip
+
+
+def refuse_clusters(points) -> None:
+    """`run` runs on this machine: the nodes of a cpu plan all run here (over loopback); the
+    nodes of an accelerator plan cannot, and are said so before anything starts."""
+    remote = [p for p in points if p.nodes > 1 and p.family != "cpu"]
+    if remote:
+        names = ", ".join(f"{p.label} ({p.nodes} nodes)" for p in remote[:3])
+        raise error(
+            f"benchc run runs one machine; these points span several nodes: {names}",
+            None,
+            hint="submit them to a Slurm cluster with `benchc submit`, or start launch.sh on each "
+            "node (docs/clusters.md)",
+        )
+    for p in points:
+        if p.nodes > 1:
+            print(f"  {p.label}: {p.nodes} nodes, each a launcher on this machine (c10d over loopback)")
+
+
+def run_points(points, store: Store, repeat: int | None, timeout: float | None) -> int:
+    """Each trial of each point, one after another. SIGTERM, SIGHUP and SIGQUIT to benchc (a
+    scheduler's cancel, a closed terminal, Ctrl-\\) end the run as Ctrl-C does; every trial
+    started is recorded as ended, whatever the way out."""
+    import signal
+
+    ending = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+    previous = {sig: signal.signal(sig, raise_terminated) for sig in ending}
+    try:
+        return _trials(points, store, repeat, timeout)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _trials(points, store: Store, repeat_flag: int | None, timeout_flag: float | None) -> int:
+
+    tally: dict[str, int] = {}
+    for point in points:
+        plan = point.plan
+        repeat = repeat_flag or plan.get("measure", {}).get("repeat", 1)
+        timeout = timeout_flag or plan.get("measure", {}).get("timeout_s", 3600.0)
+        series = new_id()
+        workload = plan.get("workload", {})
+        for trial in range(1, repeat + 1):
+            manifest = point.manifest
+            run_id = new_id()
+            run_dir = point.path / "runs" / run_id
+            with signals_held():
+                store.start(
+                    run_id=run_id, experiment=manifest["experiment"], target=manifest["target"],
+                    point=manifest["point"], point_values=plan.get("point_values", {}),
+                    smoke=bool(manifest.get("smoke")), spec_path=manifest["spec"]["path"],
+                    spec_sha256=manifest["spec"]["sha256"], build_path=str(point.path.resolve()),
+                    log_path=str((run_dir / "log.txt").resolve()), environment=environment(),
+                    plan=plan, series=series, trial=trial,
+                )  # fmt: skip
+            label = f"{point.label} [{trial}/{repeat}]"
+            metric = plan.get("measure", {}).get("metric", "")
+            sequences = workload.get("global_batch") or workload.get("batch") or 0
+            items = sequences * (workload.get("seq_len") or workload.get("output_tokens") or 1)  # per step
+            outcome = Outcome("unknown", "benchc stopped before the run ended", None, None, "", 0.0)
+            try:
+                unit = METRICS[metric].throughput_unit if metric in METRICS else metric
+                with Progress(label, items or None, unit) as progress:
+                    outcome = execute(point, run_dir, timeout, progress.line)
+            except KeyboardInterrupt:  # between the trial's start and its launch
+                outcome = Outcome("interrupted", "interrupted by the user (Ctrl-C)", None, None, "", 0.0)
+            except Terminated as signalled:
+                outcome = Outcome("terminated", f"benchc received {signalled}", None, None, "", 0.0,
+                                  signalled.signum)  # fmt: skip
+            finally:
+                with signals_held():  # the row always ends
+                    store.finish(run_id, outcome.status, outcome.cause, outcome.metrics, outcome.log_tail)
+            tally[outcome.status] = tally.get(outcome.status, 0) + 1
+            _say(label, run_id, outcome, metric)
+            if outcome.status in ("interrupted", "terminated"):
+                print(f"benchc: {outcome.status}; the remaining runs were not started", file=sys.stderr)
+                if outcome.status == "interrupted":
+                    return INTERRUPTED
+                return 128 + outcome.signum if outcome.signum else TERMINATED
+    summary = ", ".join(f"{n} {status}" for status, n in sorted(tally.items()))
+    print(f"{sum(tally.values())} run(s): {summary}; results in {store.path}")
+    return RUN_OK if set(tally) <= {"ok"} else RUN_FAILED
+
+
+def _say(label: str, run_id: str, outcome, metric: str | None) -> None:
+
+    if outcome.status == "ok":
+        m = outcome.metrics
+        step_ms = sig(m["step_time_s"]["median"] * 1e3)
+        rate = f"{sig(m['throughput']['job'])} {m['throughput']['unit']}"
+        head = headline(m, metric)
+        shown = rate if head == rate else f"{head} ({rate})"
+        print(f"ok      {label}: {shown}, step median {step_ms} ms  [run {run_id}]", flush=True)
+    else:
+        print(f"{outcome.status:7} {label}: {outcome.cause}  [run {run_id}]", flush=True)
+        if outcome.log_tail:
+            tail = "\n".join("    " + line for line in outcome.log_tail.splitlines()[-8:])
+            print(tail, flush=True)
