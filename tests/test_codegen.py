@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import os
@@ -17,6 +18,7 @@ from conftest import GOLDEN, REPO, heavy_modules_imported_by, run_cli
 
 PROGRAMS = GOLDEN / "programs"
 UPDATE = os.environ.get("BENCHC_UPDATE_GOLDEN") == "1"
+REGENERATE = "after an intended change, regenerate: BENCHC_UPDATE_GOLDEN=1 pytest tests/test_codegen.py"
 
 
 def tree_bytes(root) -> dict:
@@ -148,7 +150,84 @@ def test_golden_s1_programs(name, target, smoke):
         if UPDATE:
             golden.parent.mkdir(parents=True, exist_ok=True)
             golden.write_text(files[file])
-        assert files[file] == golden.read_text(), f"{name}/{file} differs from its golden file"
+        assert files[file] == golden.read_text(), f"{name}/{file} differs from its golden file; {REGENERATE}"
+
+
+# Golden programs of the other scenarios, kept small for review: "core once, adapters and launchers
+# per target". In each folder, core.py holds the device-neutral core once; each variant's
+# bench.py has that section replaced by a one-line marker naming its core file, beside the
+# launcher files render returns (manifest.json aside: it names the spec by its absolute path).
+# A variant whose core differs (S4's ZeRO-3 on Gaudi, S5's attention on Gaudi) gets its own
+# core.<variant>.py. Variants: (folder, spec, target, smoke, overrides).
+CORE_MARKER = "# ==== benchc: device-neutral core: see ../{} ===="
+ACCELERATE_BF16 = ["runtime=accelerate", "train.precision=bf16"]  # accelerate has no fp16 on the CPU
+GOLDEN_SETS = {
+    "s1-sd3-train": [  # the torch runtime's S1 programs are the folders gaudi2, h100 and cpu-smoke
+        ("cpu-smoke-accelerate", "sd3.bench", "cpu", True, ["runtime=accelerate"]),
+        ("h100-accelerate", "sd3.bench", "h100", False, ["runtime=accelerate"]),
+        ("gaudi2-accelerate", "sd3.bench", "gaudi2", False, ["runtime=accelerate"]),
+    ],
+    "s3-sd3-infer": [
+        ("cpu-smoke", "sd3-infer.bench", "cpu", True, []),
+        ("h100", "sd3-infer.bench", "h100", False, []),
+        ("gaudi2", "sd3-infer.bench", "gaudi2", False, []),
+    ],
+    "s4-beluga-train": [
+        ("cpu-smoke", "beluga-train.bench", "cpu", True, []),
+        ("h100", "beluga-train.bench", "h100", False, []),
+        ("gaudi2", "beluga-train.bench", "gaudi2", False, []),
+        ("cpu-smoke-accelerate", "beluga-train.bench", "cpu", True, ACCELERATE_BF16),
+        ("h100-accelerate", "beluga-train.bench", "h100", False, ["runtime=accelerate"]),
+        ("gaudi2-accelerate", "beluga-train.bench", "gaudi2", False, ["runtime=accelerate"]),
+    ],
+    "s5-beluga-infer": [
+        ("cpu-smoke", "beluga-infer.bench", "cpu", True, []),
+        ("h100", "beluga-infer.bench", "h100", False, []),
+        ("gaudi2", "beluga-infer.bench", "gaudi2", False, []),
+    ],
+}
+
+
+def golden_set_files(variants) -> dict:
+    """The golden files of one folder: {relative path: text}, each core stored once."""
+    files, cores = {}, {}  # cores: text -> file name, the first variant's core being core.py
+    for variant, spec, target, smoke, overrides in variants:
+        rendered = spec_files(spec, target, smoke=smoke, overrides=overrides)
+        program = rendered.pop("bench.py")
+        core = core_text(program)
+        body = core.rstrip("\n") + "\n"
+        name = cores.setdefault(body, "core.py" if not cores else f"core.{variant}.py")
+        files[name] = body
+        marker = CORE_MARKER.format(name) + core[len(body) - 1 :]  # the blank lines after the core
+        files[f"{variant}/bench.py"] = program.replace(core, marker, 1)
+        rendered.pop("manifest.json", None)
+        files.update({f"{variant}/{file}": text for file, text in rendered.items()})
+    return files
+
+
+@pytest.mark.parametrize("folder", sorted(GOLDEN_SETS))
+def test_golden_programs_core_once_and_per_target(folder):
+    root = PROGRAMS / folder
+    expected = golden_set_files(GOLDEN_SETS[folder])
+    stored = {str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*")) if p.is_file()}
+    if UPDATE:
+        for path in set(stored) - set(expected):
+            (root / path).unlink()  # a file render no longer returns, or a core no longer needed
+        for path, text in expected.items():
+            if stored.get(path) != text:
+                (root / path).parent.mkdir(parents=True, exist_ok=True)
+                (root / path).write_text(text)
+        stored = dict(expected)
+    problems = [f"{folder}/{p}: no golden file" for p in sorted(set(expected) - set(stored))]
+    problems += [
+        f"{folder}/{p}: golden file no longer generated" for p in sorted(set(stored) - set(expected))
+    ]
+    for path in sorted(set(expected) & set(stored)):
+        if expected[path] != stored[path]:
+            old, new = stored[path].splitlines(), expected[path].splitlines()
+            diff = difflib.unified_diff(old, new, "golden", "generated", n=1, lineterm="")
+            problems.append(f"{folder}/{path} differs from its golden file:\n" + "\n".join(list(diff)[:40]))
+    assert not problems, "\n".join(problems) + f"\n{REGENERATE}"
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,651 @@
+# ==== benchc: device-neutral core (identical text for every target) ====
+PROMPT = "a photograph of an astronaut riding a horse on the moon, detailed, 8k"
+
+
+def build_tokenizers(folder: str, clip_tokens: int, t5_tokens: int):
+    """Tokenizers made here, in milliseconds, from a small generated corpus: no vocabulary
+    files are needed. Their ids are valid for the encoders; their text skills are beside
+    the point of a speed benchmark, which only needs the tokenize step to run."""
+    words = [f"w{i}" for i in range(200)] + PROMPT.replace(",", "").split()
+    corpus = [
+        " ".join(words[(i * 7 + j) % len(words)] for j in range(12)) for i in range(300)
+    ]
+    bpe = Tokenizer(models.BPE(end_of_word_suffix="</w>"))
+    bpe.pre_tokenizer = pre_tokenizers.Whitespace()
+    special = ["<|startoftext|>", "<|endoftext|>"]
+    trainer = trainers.BpeTrainer(
+        vocab_size=400, special_tokens=special, end_of_word_suffix="</w>"
+    )
+    bpe.train_from_iterator(corpus, trainer)
+    vocab, merges = bpe.model.save(folder)
+    clip = CLIPTokenizer(vocab, merges, model_max_length=clip_tokens)
+    unigram = Tokenizer(models.Unigram())
+    unigram.pre_tokenizer = pre_tokenizers.Metaspace()
+    special = ["<pad>", "</s>", "<unk>"]
+    trainer = trainers.UnigramTrainer(
+        vocab_size=300, special_tokens=special, unk_token="<unk>"
+    )
+    unigram.train_from_iterator(corpus, trainer)
+    unigram.save(os.path.join(folder, "t5.json"))
+    t5 = T5TokenizerFast(
+        tokenizer_file=os.path.join(folder, "t5.json"),
+        eos_token="</s>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+        extra_ids=0,
+        model_max_length=t5_tokens,
+    )
+    return clip, t5
+
+
+def build_parts(model_plan: dict) -> dict:
+    """The pipeline's five models from their configs, with random weights."""
+    configs = model_plan["parts"]
+    return {
+        "transformer": SD3Transformer2DModel(**model_plan["config"]),
+        "vae": AutoencoderKL(**configs["vae"]),
+        "clip_l": CLIPTextModelWithProjection(CLIPTextConfig(**configs["clip_l"])),
+        "clip_g": CLIPTextModelWithProjection(CLIPTextConfig(**configs["clip_g"])),
+        "t5": T5EncoderModel(T5Config(**configs["t5"])),
+    }
+
+
+def build_pipeline(
+    model_plan: dict,
+    pipeline_class,
+    pipeline_options: dict,
+    weights_options: dict,
+    dtype,
+    device,
+):
+    """The whole SD3 pipeline: from a local weights folder (in dtype, placed by the adapter's
+    weights_options), or from configs with random weights made on the device (MMDiT, VAE,
+    CLIP-L, CLIP-G and T5 encoders, and generated tokenizers). The pipeline itself tokenizes
+    and encodes the prompt on every call, as in real use."""
+    if model_plan["weights"]:
+        pipe = pipeline_class.from_pretrained(
+            model_plan["weights"],
+            torch_dtype=dtype,
+            local_files_only=True,
+            **weights_options,
+            **pipeline_options,
+        )
+    else:
+        folder = tempfile.mkdtemp(prefix="benchc-tokenizers-")
+        clip, t5 = build_tokenizers(
+            folder, model_plan["clip_tokens"], model_plan["t5_tokens"]
+        )
+        with made_on(device, dtype):  # random weights made on the device, in dtype
+            parts = build_parts(model_plan)
+        pipe = pipeline_class(
+            transformer=parts["transformer"],
+            scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0),
+            vae=parts["vae"],
+            text_encoder=parts["clip_l"],
+            tokenizer=clip,
+            text_encoder_2=parts["clip_g"],
+            tokenizer_2=clip,
+            text_encoder_3=parts["t5"],
+            tokenizer_3=t5,
+            **pipeline_options,
+        )
+    if "t5" not in model_plan["text_encoders"]:
+        pipe.text_encoder_3 = None  # SD3 then conditions on zeros in T5's place
+        pipe.tokenizer_3 = None
+    placed = model_plan["weights"] and weights_options  # by the device map, in dtype
+    if not placed:
+        pipe.to(device=device, dtype=dtype)
+    return pipe
+
+
+DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+LIBRARIES = (
+    "torch",
+    "diffusers",
+    "transformers",
+    "accelerate",
+    "optimum-habana",
+    "habana-torch-plugin",
+)
+
+
+def distributed_env() -> tuple[int, int, int]:
+    """(rank, world size, local rank) from torchrun's variables, or from Open MPI's."""
+    env = os.environ
+    if "RANK" in env:
+        return int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", 0))
+    if "OMPI_COMM_WORLD_RANK" in env:  # mpirun (Gaudi's single-node launcher)
+        env.setdefault("MASTER_ADDR", "127.0.0.1")
+        env.setdefault("MASTER_PORT", "29500")
+        rank = int(env["OMPI_COMM_WORLD_RANK"])
+        size = int(env["OMPI_COMM_WORLD_SIZE"])
+        return rank, size, int(env["OMPI_COMM_WORLD_LOCAL_RANK"])
+    return 0, 1, 0
+
+
+def percentile(sorted_values: list, fraction: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    position = (len(sorted_values) - 1) * fraction
+    low = math.floor(position)
+    high = min(low + 1, len(sorted_values) - 1)
+    weight = position - low
+    return sorted_values[low] * (1.0 - weight) + sorted_values[high] * weight
+
+
+def library_versions(device) -> dict:
+    versions = {"python": platform.python_version()}
+    for name in LIBRARIES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    versions.update(device.versions())
+    return versions
+
+
+def headline(metrics: dict) -> tuple:
+    """(value, unit) of the spec's headline metric, for the console: a latency where the
+    plan names its section and key, else the job's throughput."""
+    latency = PLAN["headline"]
+    if latency is not None:
+        return metrics[latency["section"]][latency["key"]], latency["unit"]
+    return metrics["throughput"]["job"], PLAN["unit"]
+
+
+def utc_now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())
+
+
+def scheduler_job():
+    """The Slurm job and trial this run belongs to (job.sbatch numbers the trials), or None:
+    `benchc ingest` stores the trials of one job as one series."""
+    env = os.environ
+    if "SLURM_JOB_ID" not in env:
+        return None
+    return {
+        "scheduler": "slurm",
+        "id": env["SLURM_JOB_ID"],
+        "cluster": env.get("SLURM_CLUSTER_NAME"),
+        "trial": int(env.get("BENCHC_TRIAL", "1")),
+        "trials": int(env.get("BENCHC_TRIALS", "1")),
+    }
+
+
+class Stopped(BaseException):
+    """The program received SIGTERM; `status` says whether the job's time limit had come.
+
+    A BaseException, as KeyboardInterrupt is: code that catches Exception (a compiler falling
+    back to eager, a retry) lets it through. Code that wraps it all the same (Dynamo raises
+    BackendCompilerFailed or InternalTorchDynamoError from it) is classified by the flag the
+    handler sets, ENDING["signum"]: whatever exception ends the run after SIGTERM, the run
+    was stopped, not failed."""
+
+    def __init__(self, signum: int, status: str = ""):
+        self.signum = signum
+        self.status = status or stop_status()
+        super().__init__(f"received {signal.Signals(signum).name} ({self.status})")
+
+
+def stop_status() -> str:
+    """timeout once the job's end time has come (job.sbatch exports it in Unix time as
+    BENCHC_JOB_END_TIME), else cancelled."""
+    ends = os.environ.get("BENCHC_JOB_END_TIME", "")
+    limit_reached = ends.isdigit() and time.time() >= int(ends) - 60
+    return "timeout" if limit_reached else "cancelled"
+
+
+# How the run ends, shared with the signal handlers. main() names the metrics being filled,
+# the file they go to and the rank, and sets `closing` once the run is over (from then on it
+# records the ending itself, and a signal only wakes the watchdog). A SIGTERM before that
+# sets `signum` and `status`, the flag every ending is classified by, and `written` once its
+# record is on disk. `stop_seen`: the first SIGTERM's number, whenever it came.
+ENDING = {
+    "metrics": None,
+    "path": None,
+    "rank": 0,
+    "signum": None,
+    "status": None,
+    "written": False,
+    "closing": False,
+    "stop_seen": None,
+}
+# After SIGTERM the process ends within this many seconds, even where the stop is swallowed
+# (an exception caught and the work carried on, a wait that never returns): the watchdog
+# exits with 128 + the signal. Below launch.sh's grace (30 s) and Slurm's default KillWait.
+STOP_GRACE_S = 20.0
+STOP_SEEN = threading.Event()  # set by the first SIGTERM: wakes the watchdog
+
+
+def set_phase(metrics: dict, name: str) -> None:
+    """The phase the run is in (startup, compiling, warmup, measuring): recorded, so that a
+    run stopped or failed says where, and printed by rank 0 as `phase NAME`."""
+    metrics["phase"] = name
+    if ENDING["rank"] == 0:
+        print(f"phase {name}", flush=True)
+
+
+def stopped_record(metrics: dict) -> dict:
+    """The metrics so far as a stopped run: cancelled or timeout, with the step reached
+    (progress) and the phase the signal came in."""
+    name = signal.Signals(ENDING["signum"]).name
+    where = f" in phase {metrics['phase']}" if metrics.get("phase") else ""
+    return {
+        **metrics,
+        "status": ENDING["status"],
+        "error": {
+            "type": "Stopped",
+            "message": f"received {name} ({ENDING['status']}){where}",
+            "rank": ENDING["rank"],
+        },
+        "ended_at": utc_now(),
+    }
+
+
+def stop_on_signal(signum, frame):
+    """SIGTERM (a scheduler's cancel or time limit, a launcher stopping the ranks): set the
+    flag, wake the watchdog, record the run as cancelled (or timeout) at once and
+    atomically, in case the process is killed before it unwinds, then raise Stopped. A
+    second SIGTERM changes nothing; one after the run is over only wakes the watchdog.
+    (Nothing here takes a lock the interrupted code may hold: no thread is started.)"""
+    if ENDING["stop_seen"] is not None:
+        return
+    ENDING["stop_seen"] = signum
+    STOP_SEEN.set()
+    # A last resort that needs no Python thread to run (the main thread may hold the GIL in
+    # C code): every thread's stack to stderr and _exit(1), some seconds after the watchdog.
+    faulthandler.dump_traceback_later(STOP_GRACE_S + 10.0, exit=True)
+    if ENDING["closing"]:
+        return  # the run is over: main() records how it ended
+    ENDING["signum"], ENDING["status"] = signum, stop_status()
+    if ENDING["metrics"] is not None:
+        with contextlib.suppress(Exception):  # if not, main() writes it on its way out
+            write_json(ENDING["path"], stopped_record(ENDING["metrics"]))
+            ENDING["written"] = True
+    raise Stopped(signum, ENDING["status"])
+
+
+def interrupt_on_signal(signum, frame):
+    """SIGINT (Ctrl-C): KeyboardInterrupt, as Python's own handler, except once the run is
+    over (a second Ctrl-C, or one a launcher passes on, cuts the record short nowhere)."""
+    if not ENDING["closing"]:
+        raise KeyboardInterrupt
+
+
+def watchdog() -> None:
+    """A daemon thread main() starts: once a SIGTERM has come, it waits STOP_GRACE_S; a
+    process still running then has swallowed the stop. It says where (every thread's
+    stack), then exits with 128 + the signal."""
+    STOP_SEEN.wait()
+    time.sleep(STOP_GRACE_S)
+    message = f"bench.py: still running {STOP_GRACE_S:g} s after SIGTERM; exiting"
+    print(message, file=sys.stderr, flush=True)
+    faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+    os._exit(128 + ENDING["stop_seen"])
+
+
+def write_json(path: str, payload: dict) -> None:
+    """Write atomically: a reader sees the old file or the whole new one, never half."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=folder, prefix=".metrics-", suffix=".json")
+    try:
+        with os.fdopen(handle, "w") as stream:
+            json.dump(payload, stream, indent=2, sort_keys=True)
+            stream.write("\n")
+        # mkstemp makes 0600: give the file the mode a plain open() would
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(temporary)
+        raise
+
+
+def start_processes(metrics: dict):
+    """Join the job's process group; (rank, world size, device adapter). Records the hosts
+    the ranks run on, so a multi-node run shows where it ran."""
+    rank, world, local_rank = distributed_env()
+    device = Device(local_rank)
+    hosts = [socket.gethostname()]
+    if world > 1:
+        dist.init_process_group(backend=device.backend, rank=rank, world_size=world)
+        hosts = [None] * world
+        dist.all_gather_object(hosts, socket.gethostname())
+    metrics["world_size"] = world
+    metrics["hosts"] = sorted(set(hosts))
+    metrics["nodes"] = len(metrics["hosts"])
+    if world != PLAN["world_size"]:
+        raise RuntimeError(
+            f"launched with {world} processes, but the plan is for {PLAN['world_size']}"
+        )
+    return rank, world, device
+
+
+def timing_summary(times: list, warmup: int) -> dict:
+    """Step times after warmup (median, p10, p90, mean, all) and the warmup's share."""
+    measured = times[warmup:]
+    ordered = sorted(measured)
+    return {
+        "steps": {"total": len(times), "warmup": warmup, "measured": len(measured)},
+        "step_time_s": {
+            "median": statistics.median(measured),
+            "p10": percentile(ordered, 0.10),
+            "p90": percentile(ordered, 0.90),
+            "mean": statistics.fmean(measured),
+            "all": measured,
+        },
+        "warmup_s": sum(times[:warmup]),
+        "first_step_s": times[0],
+    }
+
+
+def flops_summary(flops_per_sample, samples_per_s_per_device: float) -> dict:
+    """Model FLOP/s per device and MFU against the target's peak (None when unknown)."""
+    achieved = flops_per_sample * samples_per_s_per_device if flops_per_sample else None
+    peak = PLAN["peak_flops_per_device"]
+    return {
+        "model_flops_per_sample": flops_per_sample,
+        "achieved_per_device": achieved,
+        "peak_per_device": peak,
+        "mfu": achieved / peak if achieved and peak else None,
+    }
+
+
+@contextlib.contextmanager
+def made_on(device, dtype=None):
+    """Tensors made inside are made on the device, and floating ones in `dtype` (None: fp32):
+    a model with no weights is built and initialised where it runs, in its precision, never
+    on the host first."""
+    previous = torch.get_default_dtype()
+    if dtype is not None:
+        torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            yield
+    finally:
+        torch.set_default_dtype(previous)
+
+
+# Measured windows: at least this many steps, or this many seconds, whichever comes first
+# (a full-size plan that asks for fewer measured steps runs on until one holds).
+MIN_MEASURED_STEPS = 50
+MIN_MEASURED_S = 20.0
+
+
+def window_steps(planned: int, step_s, world: int, device) -> int:
+    """The measured steps, agreed by every rank before the window: the plan's, or at full
+    size as many more as reach 50 steps or 20 s, whichever comes first, at the pace of the
+    last warmup step (the slowest rank's). Without a warmup step, the plan's."""
+    if PLAN["smoke"] or step_s is None or planned >= MIN_MEASURED_STEPS:
+        return planned
+    pace = torch.tensor([step_s], device=device.device)
+    if world > 1:
+        dist.all_reduce(pace, op=dist.ReduceOp.MAX)
+    wanted = math.ceil(MIN_MEASURED_S / max(float(pace), 1e-6))
+    return max(planned, min(MIN_MEASURED_STEPS, wanted))
+
+
+def query_smi(command: list, names: tuple):
+    """One line of a vendor tool's CSV query (nvidia-smi, hl-smi) as {name: value}: numbers
+    where they parse, the tool's own text elsewhere; None where the tool is missing or
+    fails. Read outside the measured window only."""
+    import subprocess  # only here: most programs never read a vendor tool
+
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=10, check=True
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = done.stdout.strip().splitlines()
+    if not lines:
+        return None
+    values = [value.strip() for value in lines[0].split(",")]
+    state = {}
+    for name, value in zip(names, values, strict=False):
+        number = value.split(" ")[0]  # "350 W" -> "350"
+        try:
+            state[name] = float(number)
+        except ValueError:
+            state[name] = value
+    return state
+
+
+class MeasuredWindow:
+    """The measured steps: the garbage collector frozen and off, one timing boundary per
+    step (device events on CUDA, nothing that waits for the device), losses kept on the
+    device and read once at the end, with the finite check done there too."""
+
+    def __init__(self, device, steps: int) -> None:
+        self.device = device
+        self.steps = steps
+        self.losses = []
+        self.marks = []
+
+    def __enter__(self):
+        gc.collect()
+        gc.freeze()
+        gc.disable()
+        self.device.synchronize()
+        self.device.reset_peak_memory()
+        self.marks.append(self.device.time_mark())
+        return self
+
+    def record(self, loss) -> None:
+        """After a step: its boundary, and its loss (still on the device)."""
+        self.marks.append(self.device.time_mark())
+        if loss is not None:
+            self.losses.append(loss.detach())
+
+    def more(self) -> bool:
+        """Another step? Until the window's steps are done (the same count on every rank)."""
+        return len(self.marks) - 1 < self.steps
+
+    def __exit__(self, *exc) -> None:
+        gc.enable()
+        gc.unfreeze()
+
+    def times(self) -> list:
+        """Seconds of each measured step (one wait for the device, after the window)."""
+        return self.device.durations(self.marks)
+
+    def loss_values(self) -> list:
+        if not self.losses:
+            return []
+        values = torch.stack(self.losses).float().cpu().tolist()
+        return [float(value) for value in values]
+
+
+def device_state(device) -> dict:
+    """The device's clocks, power and throttle state where its vendor tool exists."""
+    return {"start": device.state(), "end": None}
+
+
+def record_tier(metrics: dict, device) -> None:
+    """The optimisation tier and every knob it turned on, and the numerics set for it."""
+    metrics["optimize"] = PLAN["optimize"]["tier"]
+    metrics["optimize_detail"] = dict(PLAN["optimize"]["knobs"])
+    metrics["numerics"] = device.numerics()
+
+
+def since_process_start(started: float) -> float:
+    """Seconds since this process started, imports included (Linux: its start time in
+    /proc); elsewhere since `started`, the top of main()."""
+    try:
+        with open("/proc/self/stat") as stat, open("/proc/uptime") as uptime:
+            ticks = int(stat.read().rsplit(")", 1)[1].split()[19])
+            age = float(uptime.read().split()[0]) - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return time.perf_counter() - started
+    return max(age, time.perf_counter() - started)
+
+
+def compile_blocks(blocks, options: dict) -> None:
+    """Regional compilation: each repeated block compiled on its own and whole (fullgraph),
+    replacing it in its list. The blocks share their compiled code, so the compile time
+    does not grow with the depth; sharding wraps the compiled blocks (torchtitan's order)."""
+    for index, block in enumerate(blocks):
+        blocks[index] = torch.compile(block, fullgraph=True, **options)
+
+
+def use_compile_cache(metrics: dict) -> None:
+    """Records where Inductor keeps its compile cache, where anything is compiled: launch.sh
+    names a folder beside this program (unless TORCHINDUCTOR_CACHE_DIR names another), so a
+    second run reuses what the first compiled."""
+    folder = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    compiled = PLAN["optimize"]["knobs"]["compile"] != "off"
+    metrics["compile_cache"] = os.path.abspath(folder) if compiled and folder else None
+
+
+class DenoiseClock:
+    """Times the denoising loop inside a pipeline call: from the moment the initial latents
+    are ready to the end of the last step (the device synchronised at both ends). It wraps
+    the pipeline's prepare_latents, which both diffusers' and optimum-habana's pipelines call
+    once before the loop (a hook on the transformer would miss replayed HPU graphs)."""
+
+    def __init__(self, device) -> None:
+        self.device = device
+        self.start = None
+        self.end = None
+        self.latents = None  # the last step's latents, kept on the device
+
+    def wrap(self, prepare_latents):
+        def timed(*args, **kwargs):
+            latents = prepare_latents(*args, **kwargs)
+            self.device.synchronize()
+            self.start = time.perf_counter()
+            return latents
+
+        return timed
+
+    def step_end(self, pipe, step: int, timestep, tensors: dict) -> dict:
+        if step == pipe.num_timesteps - 1:
+            self.device.synchronize()
+            self.end = time.perf_counter()
+            self.latents = tensors.get("latents")
+        return tensors
+
+    def check_finite(self, call: int) -> None:
+        """The denoised latents hold only finite values (read after the timed call): NaN
+        latents decode to black images, which a speed benchmark must not report as ok."""
+        if self.latents is not None and not bool(torch.isfinite(self.latents).all()):
+            raise FloatingPointError(
+                f"the denoised latents are not finite in call {call}"
+            )
+
+
+def scope_attention(module, scope) -> None:
+    """Run `module`'s forward, and only it, inside scope(): the spec's attention kernel then
+    applies to the MMDiT's attention, while the text encoders and the VAE keep PyTorch's own
+    choice (no flash kernel takes CLIP's 4-D mask or the VAE's head dimension of 512)."""
+    forward = module.forward
+
+    def scoped(*args, **kwargs):
+        with scope():
+            return forward(*args, **kwargs)
+
+    module.forward = scoped
+
+
+def pipeline_benchmark(metrics: dict, started: float) -> None:
+    rank, world, device = start_processes(metrics)  # one process: the plan says so
+    record_tier(metrics, device)
+    use_compile_cache(metrics)
+    run, model_plan = PLAN["infer"], PLAN["model"]
+    dtype = DTYPES[run["precision"]] or torch.float32
+    torch.manual_seed(run["seed"])
+    pipe = build_pipeline(
+        model_plan,
+        device.pipeline_class(),
+        device.pipeline_options(run),
+        device.weights_options(),
+        dtype,
+        device.device,
+    )
+    scope_attention(pipe.transformer, lambda: device.attention(run["attention"]))
+    pipe = device.prepare_pipeline(pipe, run)
+    batch, size = run["batch"], run["resolution"]
+
+    def generate(clock: DenoiseClock):
+        prepare_latents = pipe.prepare_latents
+        pipe.prepare_latents = clock.wrap(prepare_latents)
+        try:
+            with torch.no_grad():
+                return pipe(
+                    prompt=[PROMPT] * batch,
+                    negative_prompt=[""] * batch,
+                    max_sequence_length=model_plan["t5_tokens"],
+                    height=size,
+                    width=size,
+                    num_inference_steps=run["denoising_steps"],
+                    guidance_scale=run["guidance"],
+                    output_type="pil",
+                    callback_on_step_end=clock.step_end,
+                    **device.pipeline_call_options(run),
+                ).images
+        finally:
+            pipe.prepare_latents = prepare_latents
+
+    metrics["startup_s"] = since_process_start(started)
+    metrics["device_state"] = device_state(device)
+    totals, denoise = [], []
+    for index in range(run["steps"]):
+        # the step running now: the metrics written on SIGTERM say where the run stopped
+        metrics["progress"] = {"step": index + 1, "of": run["steps"]}
+        if index == run["warmup"]:  # the measured calls: no collection in them
+            device.reset_peak_memory()
+            set_phase(metrics, "measuring")
+            gc.collect()
+            gc.freeze()
+            gc.disable()
+        elif index == 0:
+            set_phase(metrics, "warmup")
+        clock = DenoiseClock(device)
+        device.synchronize()
+        begin = time.perf_counter()
+        images = generate(clock)
+        device.synchronize()
+        totals.append(time.perf_counter() - begin)
+        denoise.append(clock.end - clock.start)
+        clock.check_finite(index + 1)
+        if rank == 0:
+            phase = " (warmup)" if index < run["warmup"] else ""
+            print(
+                f"step {index + 1}/{run['steps']} time {totals[-1]:.3f}s{phase}",
+                flush=True,
+            )
+    gc.enable()
+    gc.unfreeze()
+    metrics["device_state"]["end"] = device.state()
+    if len(images) != batch or images[0].size != (size, size):
+        raise RuntimeError(
+            f"the pipeline returned {len(images)} images of {images[0].size}"
+        )
+
+    warm = run["warmup"]
+    measured = totals[warm:]
+    images_per_s = batch * len(measured) / sum(measured)
+    metrics.update(
+        status="ok",
+        device_name=device.device_name(),
+        versions=library_versions(device),
+        **timing_summary(totals, warm),
+        throughput={
+            "unit": PLAN["unit"],
+            "job": images_per_s,
+            "per_device": images_per_s,
+            "samples_per_step": batch,
+        },
+        pipeline={
+            "s_per_image": statistics.median(measured) / batch,
+            "denoise_s_per_image": statistics.median(denoise[warm:]) / batch,
+            "denoising_steps": run["denoising_steps"],
+            "guidance": run["guidance"],
+            "resolution": size,
+        },
+        peak_reserved_memory_bytes=device.peak_reserved_bytes(),
+        peak_memory_bytes=int(device.peak_memory_bytes()),
+        flops=flops_summary(PLAN["flops_per_sample"], images_per_s),
+    )

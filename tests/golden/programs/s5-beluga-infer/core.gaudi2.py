@@ -1,0 +1,727 @@
+# ==== benchc: device-neutral core (identical text for every target) ====
+def build_model(model_plan: dict):
+    """transformers' LlamaForCausalLM: local weights if named, else its config."""
+    if model_plan["weights"]:
+        return LlamaForCausalLM.from_pretrained(
+            model_plan["weights"], local_files_only=True
+        )
+    return LlamaForCausalLM(LlamaConfig(**model_plan["config"]))
+
+
+def initialize_weights(model) -> None:
+    """Parameters materialised from the meta device, initialised as transformers' Llama is
+    (matrices normal with the config's initializer_range, norm weights 1), whatever layer
+    holds them: DeepSpeed's tensor-parallel layers are no nn.Linear."""
+    std = model.config.initializer_range
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.dim() >= 2:
+                parameter.normal_(mean=0.0, std=std)
+            else:
+                parameter.fill_(1.0)
+
+
+def repeated_blocks(model):
+    """The list of repeated blocks (decoder layers)."""
+    return model.model.layers
+
+
+def transformer_blocks(model) -> list:
+    """The decoder layers: FSDP2 shards each of them."""
+    return list(repeated_blocks(model))
+
+
+def enable_activation_checkpointing(model) -> None:
+    model.gradient_checkpointing_enable()
+
+
+DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+LIBRARIES = (
+    "torch",
+    "diffusers",
+    "transformers",
+    "accelerate",
+    "optimum-habana",
+    "habana-torch-plugin",
+)
+
+
+def distributed_env() -> tuple[int, int, int]:
+    """(rank, world size, local rank) from torchrun's variables, or from Open MPI's."""
+    env = os.environ
+    if "RANK" in env:
+        return int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", 0))
+    if "OMPI_COMM_WORLD_RANK" in env:  # mpirun (Gaudi's single-node launcher)
+        env.setdefault("MASTER_ADDR", "127.0.0.1")
+        env.setdefault("MASTER_PORT", "29500")
+        rank = int(env["OMPI_COMM_WORLD_RANK"])
+        size = int(env["OMPI_COMM_WORLD_SIZE"])
+        return rank, size, int(env["OMPI_COMM_WORLD_LOCAL_RANK"])
+    return 0, 1, 0
+
+
+def percentile(sorted_values: list, fraction: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    position = (len(sorted_values) - 1) * fraction
+    low = math.floor(position)
+    high = min(low + 1, len(sorted_values) - 1)
+    weight = position - low
+    return sorted_values[low] * (1.0 - weight) + sorted_values[high] * weight
+
+
+def library_versions(device) -> dict:
+    versions = {"python": platform.python_version()}
+    for name in LIBRARIES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    versions.update(device.versions())
+    return versions
+
+
+def headline(metrics: dict) -> tuple:
+    """(value, unit) of the spec's headline metric, for the console: a latency where the
+    plan names its section and key, else the job's throughput."""
+    latency = PLAN["headline"]
+    if latency is not None:
+        return metrics[latency["section"]][latency["key"]], latency["unit"]
+    return metrics["throughput"]["job"], PLAN["unit"]
+
+
+def utc_now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())
+
+
+def scheduler_job():
+    """The Slurm job and trial this run belongs to (job.sbatch numbers the trials), or None:
+    `benchc ingest` stores the trials of one job as one series."""
+    env = os.environ
+    if "SLURM_JOB_ID" not in env:
+        return None
+    return {
+        "scheduler": "slurm",
+        "id": env["SLURM_JOB_ID"],
+        "cluster": env.get("SLURM_CLUSTER_NAME"),
+        "trial": int(env.get("BENCHC_TRIAL", "1")),
+        "trials": int(env.get("BENCHC_TRIALS", "1")),
+    }
+
+
+class Stopped(BaseException):
+    """The program received SIGTERM; `status` says whether the job's time limit had come.
+
+    A BaseException, as KeyboardInterrupt is: code that catches Exception (a compiler falling
+    back to eager, a retry) lets it through. Code that wraps it all the same (Dynamo raises
+    BackendCompilerFailed or InternalTorchDynamoError from it) is classified by the flag the
+    handler sets, ENDING["signum"]: whatever exception ends the run after SIGTERM, the run
+    was stopped, not failed."""
+
+    def __init__(self, signum: int, status: str = ""):
+        self.signum = signum
+        self.status = status or stop_status()
+        super().__init__(f"received {signal.Signals(signum).name} ({self.status})")
+
+
+def stop_status() -> str:
+    """timeout once the job's end time has come (job.sbatch exports it in Unix time as
+    BENCHC_JOB_END_TIME), else cancelled."""
+    ends = os.environ.get("BENCHC_JOB_END_TIME", "")
+    limit_reached = ends.isdigit() and time.time() >= int(ends) - 60
+    return "timeout" if limit_reached else "cancelled"
+
+
+# How the run ends, shared with the signal handlers. main() names the metrics being filled,
+# the file they go to and the rank, and sets `closing` once the run is over (from then on it
+# records the ending itself, and a signal only wakes the watchdog). A SIGTERM before that
+# sets `signum` and `status`, the flag every ending is classified by, and `written` once its
+# record is on disk. `stop_seen`: the first SIGTERM's number, whenever it came.
+ENDING = {
+    "metrics": None,
+    "path": None,
+    "rank": 0,
+    "signum": None,
+    "status": None,
+    "written": False,
+    "closing": False,
+    "stop_seen": None,
+}
+# After SIGTERM the process ends within this many seconds, even where the stop is swallowed
+# (an exception caught and the work carried on, a wait that never returns): the watchdog
+# exits with 128 + the signal. Below launch.sh's grace (30 s) and Slurm's default KillWait.
+STOP_GRACE_S = 20.0
+STOP_SEEN = threading.Event()  # set by the first SIGTERM: wakes the watchdog
+
+
+def set_phase(metrics: dict, name: str) -> None:
+    """The phase the run is in (startup, compiling, warmup, measuring): recorded, so that a
+    run stopped or failed says where, and printed by rank 0 as `phase NAME`."""
+    metrics["phase"] = name
+    if ENDING["rank"] == 0:
+        print(f"phase {name}", flush=True)
+
+
+def stopped_record(metrics: dict) -> dict:
+    """The metrics so far as a stopped run: cancelled or timeout, with the step reached
+    (progress) and the phase the signal came in."""
+    name = signal.Signals(ENDING["signum"]).name
+    where = f" in phase {metrics['phase']}" if metrics.get("phase") else ""
+    return {
+        **metrics,
+        "status": ENDING["status"],
+        "error": {
+            "type": "Stopped",
+            "message": f"received {name} ({ENDING['status']}){where}",
+            "rank": ENDING["rank"],
+        },
+        "ended_at": utc_now(),
+    }
+
+
+def stop_on_signal(signum, frame):
+    """SIGTERM (a scheduler's cancel or time limit, a launcher stopping the ranks): set the
+    flag, wake the watchdog, record the run as cancelled (or timeout) at once and
+    atomically, in case the process is killed before it unwinds, then raise Stopped. A
+    second SIGTERM changes nothing; one after the run is over only wakes the watchdog.
+    (Nothing here takes a lock the interrupted code may hold: no thread is started.)"""
+    if ENDING["stop_seen"] is not None:
+        return
+    ENDING["stop_seen"] = signum
+    STOP_SEEN.set()
+    # A last resort that needs no Python thread to run (the main thread may hold the GIL in
+    # C code): every thread's stack to stderr and _exit(1), some seconds after the watchdog.
+    faulthandler.dump_traceback_later(STOP_GRACE_S + 10.0, exit=True)
+    if ENDING["closing"]:
+        return  # the run is over: main() records how it ended
+    ENDING["signum"], ENDING["status"] = signum, stop_status()
+    if ENDING["metrics"] is not None:
+        with contextlib.suppress(Exception):  # if not, main() writes it on its way out
+            write_json(ENDING["path"], stopped_record(ENDING["metrics"]))
+            ENDING["written"] = True
+    raise Stopped(signum, ENDING["status"])
+
+
+def interrupt_on_signal(signum, frame):
+    """SIGINT (Ctrl-C): KeyboardInterrupt, as Python's own handler, except once the run is
+    over (a second Ctrl-C, or one a launcher passes on, cuts the record short nowhere)."""
+    if not ENDING["closing"]:
+        raise KeyboardInterrupt
+
+
+def watchdog() -> None:
+    """A daemon thread main() starts: once a SIGTERM has come, it waits STOP_GRACE_S; a
+    process still running then has swallowed the stop. It says where (every thread's
+    stack), then exits with 128 + the signal."""
+    STOP_SEEN.wait()
+    time.sleep(STOP_GRACE_S)
+    message = f"bench.py: still running {STOP_GRACE_S:g} s after SIGTERM; exiting"
+    print(message, file=sys.stderr, flush=True)
+    faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+    os._exit(128 + ENDING["stop_seen"])
+
+
+def write_json(path: str, payload: dict) -> None:
+    """Write atomically: a reader sees the old file or the whole new one, never half."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=folder, prefix=".metrics-", suffix=".json")
+    try:
+        with os.fdopen(handle, "w") as stream:
+            json.dump(payload, stream, indent=2, sort_keys=True)
+            stream.write("\n")
+        # mkstemp makes 0600: give the file the mode a plain open() would
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(temporary)
+        raise
+
+
+def start_processes(metrics: dict):
+    """Join the job's process group; (rank, world size, device adapter). Records the hosts
+    the ranks run on, so a multi-node run shows where it ran."""
+    rank, world, local_rank = distributed_env()
+    device = Device(local_rank)
+    hosts = [socket.gethostname()]
+    if world > 1:
+        dist.init_process_group(backend=device.backend, rank=rank, world_size=world)
+        hosts = [None] * world
+        dist.all_gather_object(hosts, socket.gethostname())
+    metrics["world_size"] = world
+    metrics["hosts"] = sorted(set(hosts))
+    metrics["nodes"] = len(metrics["hosts"])
+    if world != PLAN["world_size"]:
+        raise RuntimeError(
+            f"launched with {world} processes, but the plan is for {PLAN['world_size']}"
+        )
+    return rank, world, device
+
+
+def timing_summary(times: list, warmup: int) -> dict:
+    """Step times after warmup (median, p10, p90, mean, all) and the warmup's share."""
+    measured = times[warmup:]
+    ordered = sorted(measured)
+    return {
+        "steps": {"total": len(times), "warmup": warmup, "measured": len(measured)},
+        "step_time_s": {
+            "median": statistics.median(measured),
+            "p10": percentile(ordered, 0.10),
+            "p90": percentile(ordered, 0.90),
+            "mean": statistics.fmean(measured),
+            "all": measured,
+        },
+        "warmup_s": sum(times[:warmup]),
+        "first_step_s": times[0],
+    }
+
+
+def flops_summary(flops_per_sample, samples_per_s_per_device: float) -> dict:
+    """Model FLOP/s per device and MFU against the target's peak (None when unknown)."""
+    achieved = flops_per_sample * samples_per_s_per_device if flops_per_sample else None
+    peak = PLAN["peak_flops_per_device"]
+    return {
+        "model_flops_per_sample": flops_per_sample,
+        "achieved_per_device": achieved,
+        "peak_per_device": peak,
+        "mfu": achieved / peak if achieved and peak else None,
+    }
+
+
+@contextlib.contextmanager
+def made_on(device, dtype=None):
+    """Tensors made inside are made on the device, and floating ones in `dtype` (None: fp32):
+    a model with no weights is built and initialised where it runs, in its precision, never
+    on the host first."""
+    previous = torch.get_default_dtype()
+    if dtype is not None:
+        torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            yield
+    finally:
+        torch.set_default_dtype(previous)
+
+
+# Measured windows: at least this many steps, or this many seconds, whichever comes first
+# (a full-size plan that asks for fewer measured steps runs on until one holds).
+MIN_MEASURED_STEPS = 50
+MIN_MEASURED_S = 20.0
+
+
+def window_steps(planned: int, step_s, world: int, device) -> int:
+    """The measured steps, agreed by every rank before the window: the plan's, or at full
+    size as many more as reach 50 steps or 20 s, whichever comes first, at the pace of the
+    last warmup step (the slowest rank's). Without a warmup step, the plan's."""
+    if PLAN["smoke"] or step_s is None or planned >= MIN_MEASURED_STEPS:
+        return planned
+    pace = torch.tensor([step_s], device=device.device)
+    if world > 1:
+        dist.all_reduce(pace, op=dist.ReduceOp.MAX)
+    wanted = math.ceil(MIN_MEASURED_S / max(float(pace), 1e-6))
+    return max(planned, min(MIN_MEASURED_STEPS, wanted))
+
+
+def query_smi(command: list, names: tuple):
+    """One line of a vendor tool's CSV query (nvidia-smi, hl-smi) as {name: value}: numbers
+    where they parse, the tool's own text elsewhere; None where the tool is missing or
+    fails. Read outside the measured window only."""
+    import subprocess  # only here: most programs never read a vendor tool
+
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=10, check=True
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = done.stdout.strip().splitlines()
+    if not lines:
+        return None
+    values = [value.strip() for value in lines[0].split(",")]
+    state = {}
+    for name, value in zip(names, values, strict=False):
+        number = value.split(" ")[0]  # "350 W" -> "350"
+        try:
+            state[name] = float(number)
+        except ValueError:
+            state[name] = value
+    return state
+
+
+class MeasuredWindow:
+    """The measured steps: the garbage collector frozen and off, one timing boundary per
+    step (device events on CUDA, nothing that waits for the device), losses kept on the
+    device and read once at the end, with the finite check done there too."""
+
+    def __init__(self, device, steps: int) -> None:
+        self.device = device
+        self.steps = steps
+        self.losses = []
+        self.marks = []
+
+    def __enter__(self):
+        gc.collect()
+        gc.freeze()
+        gc.disable()
+        self.device.synchronize()
+        self.device.reset_peak_memory()
+        self.marks.append(self.device.time_mark())
+        return self
+
+    def record(self, loss) -> None:
+        """After a step: its boundary, and its loss (still on the device)."""
+        self.marks.append(self.device.time_mark())
+        if loss is not None:
+            self.losses.append(loss.detach())
+
+    def more(self) -> bool:
+        """Another step? Until the window's steps are done (the same count on every rank)."""
+        return len(self.marks) - 1 < self.steps
+
+    def __exit__(self, *exc) -> None:
+        gc.enable()
+        gc.unfreeze()
+
+    def times(self) -> list:
+        """Seconds of each measured step (one wait for the device, after the window)."""
+        return self.device.durations(self.marks)
+
+    def loss_values(self) -> list:
+        if not self.losses:
+            return []
+        values = torch.stack(self.losses).float().cpu().tolist()
+        return [float(value) for value in values]
+
+
+def device_state(device) -> dict:
+    """The device's clocks, power and throttle state where its vendor tool exists."""
+    return {"start": device.state(), "end": None}
+
+
+def record_tier(metrics: dict, device) -> None:
+    """The optimisation tier and every knob it turned on, and the numerics set for it."""
+    metrics["optimize"] = PLAN["optimize"]["tier"]
+    metrics["optimize_detail"] = dict(PLAN["optimize"]["knobs"])
+    metrics["numerics"] = device.numerics()
+
+
+def since_process_start(started: float) -> float:
+    """Seconds since this process started, imports included (Linux: its start time in
+    /proc); elsewhere since `started`, the top of main()."""
+    try:
+        with open("/proc/self/stat") as stat, open("/proc/uptime") as uptime:
+            ticks = int(stat.read().rsplit(")", 1)[1].split()[19])
+            age = float(uptime.read().split()[0]) - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return time.perf_counter() - started
+    return max(age, time.perf_counter() - started)
+
+
+def compile_blocks(blocks, options: dict) -> None:
+    """Regional compilation: each repeated block compiled on its own and whole (fullgraph),
+    replacing it in its list. The blocks share their compiled code, so the compile time
+    does not grow with the depth; sharding wraps the compiled blocks (torchtitan's order)."""
+    for index, block in enumerate(blocks):
+        blocks[index] = torch.compile(block, fullgraph=True, **options)
+
+
+def use_compile_cache(metrics: dict) -> None:
+    """Records where Inductor keeps its compile cache, where anything is compiled: launch.sh
+    names a folder beside this program (unless TORCHINDUCTOR_CACHE_DIR names another), so a
+    second run reuses what the first compiled."""
+    folder = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    compiled = PLAN["optimize"]["knobs"]["compile"] != "off"
+    metrics["compile_cache"] = os.path.abspath(folder) if compiled and folder else None
+
+
+def build_on_meta(model_plan: dict, on_meta: bool, device, dtype=None):
+    """The model, with its parameters on the meta device (no memory) when on_meta: they are
+    allocated later, shard by shard, by materialise(). Buffers (rotary and position tables)
+    are small and computed at construction, so they are built for real and kept."""
+    if not on_meta:
+        return build_on_device(model_plan, device, dtype), {}
+    with made_on(device, dtype), init_empty_weights(include_buffers=False):
+        model = build_model(model_plan)
+    return model, {name: b.to(device) for name, b in model.named_buffers()}
+
+
+def materialise(model, buffers: dict, device) -> None:
+    """Allocate this rank's shards, put the buffers back, and initialise the parameters."""
+    model.to_empty(device=device)
+    with torch.no_grad():
+        for name, buffer in model.named_buffers():
+            buffer.copy_(buffers[name])
+    initialize_weights(model)
+
+
+def build_on_device(model_plan: dict, device, dtype=None):
+    """The model where it runs: with no weights, every parameter is made and initialised on
+    the device itself, in `dtype` (None: fp32), never on the host first; local weights are
+    loaded, then moved."""
+    if model_plan["weights"]:
+        return build_model(model_plan).to(device)
+    with made_on(device, dtype):
+        model = build_model(model_plan)
+    return model.to(device)  # a table a library computed on the host, if any
+
+
+def tensor_parallel(model, device_type: str, degree: int):
+    """Megatron-style tensor parallel with PyTorch's DTensor: q, k, v, gate and up split by
+    output columns, o and down by input rows (one all-reduce after each). Each rank then
+    holds heads / degree query heads and kv_heads / degree KV heads."""
+    mesh = init_device_mesh(device_type, (degree,))
+    plan = {
+        "self_attn.q_proj": ColwiseParallel(),
+        "self_attn.k_proj": ColwiseParallel(),
+        "self_attn.v_proj": ColwiseParallel(),
+        "self_attn.o_proj": RowwiseParallel(),
+        "mlp.gate_proj": ColwiseParallel(),
+        "mlp.up_proj": ColwiseParallel(),
+        "mlp.down_proj": RowwiseParallel(),
+    }
+    for layer in transformer_blocks(model):
+        parallelize_module(layer, mesh, plan)
+    # The KV cache is sized from the config: give it this rank's share of the heads.
+    model.config.num_attention_heads //= degree
+    model.config.num_key_value_heads //= degree
+    return model
+
+
+def deepspeed_tensor_parallel(model, degree: int, dtype, graphs: bool):
+    """Tensor parallel by DeepSpeed inference (AutoTP), as optimum-habana's text generation
+    runs it on Gaudi: q, k, v, gate and up split by columns, o and down by rows, each rank
+    holding its part in `dtype`. A model still on the meta device is materialised by
+    DeepSpeed on the device (its shards only), to be filled by materialise(). Used by the
+    Gaudi adapter; in the core so the CPU runs the same path in tests."""
+    import deepspeed
+    from transformers.models.llama.modeling_llama import LlamaDecoderLayer
+
+    engine = deepspeed.init_inference(
+        model,
+        dtype=dtype,
+        tensor_parallel={"tp_size": degree},
+        enable_cuda_graph=graphs,  # HPU graphs on Gaudi, as upstream passes use_hpu_graphs
+        injection_policy={LlamaDecoderLayer: ("self_attn.o_proj", "mlp.down_proj")},
+    )
+    model = engine.module
+    # transformers sizes a static KV cache from the config: this rank's share of the heads
+    # (DeepSpeed divides the attention modules' own head counts, not the config's).
+    model.config.num_attention_heads //= degree
+    model.config.num_key_value_heads //= degree
+    return model
+
+
+class DecodeLoop:
+    """Greedy decoding of a fixed number of tokens with no host synchronisation per token
+    (gpt-fast's way): a static KV cache, the prompt's prefill, then one decode step per
+    token, each picking its token on the device (argmax) and feeding it to the next. Nothing
+    reads a token or a flag back until the call ends. The decode step is one function, so a
+    target can compile it whole (CUDA graphs on CUDA). The attention mask is made on the
+    device from the positions (keys up to each query's position), a 4-D mask transformers
+    passes unchanged to the attention kernel. The tokens are transformers' greedy generate's."""
+
+    def __init__(self, model, prompt, new_tokens: int, compile_options) -> None:
+        batch, length = prompt.shape
+        device, dtype = prompt.device, next(model.parameters()).dtype
+        self.model, self.prompt = model, prompt
+        # transformers 4.x sizes the cache here; 5.x from the first update (and takes these
+        # arguments for compatibility)
+        self.cache = StaticCache(
+            config=model.config,
+            max_cache_len=length + new_tokens,
+            max_batch_size=batch,
+            device=device,
+            dtype=dtype,
+        )
+        self.keys = torch.arange(length + new_tokens, device=device)
+        self.prompt_positions = torch.arange(length, device=device)
+        self.position = torch.zeros(1, dtype=torch.long, device=device)
+        step = self.step
+        if compile_options is not None:  # a graph break fails (fullgraph)
+            step = torch.compile(step, fullgraph=True, **compile_options)
+        self.compiled_step = step
+
+    def step(self, tokens, positions):
+        """One forward over `tokens` at `positions`, and the next token of each sequence."""
+        mask = (self.keys <= positions[:, None])[None, None]
+        logits = self.model(
+            input_ids=tokens,
+            attention_mask=mask,
+            past_key_values=self.cache,
+            cache_position=positions,
+            use_cache=True,
+            logits_to_keep=1,
+        ).logits
+        return logits[:, -1].argmax(dim=-1, keepdim=True)
+
+    def __call__(self, tokens: int):
+        """The prompt followed by `tokens` generated tokens, as generate returns them."""
+        self.cache.reset()
+        token = self.step(self.prompt, self.prompt_positions)  # prefill: not compiled
+        generated = [token]
+        self.position.fill_(self.prompt.shape[1])
+        for _ in range(tokens - 1):
+            # a clone: under CUDA graphs the step's output is overwritten by its next replay
+            token = self.compiled_step(token, self.position).clone()
+            generated.append(token)
+            self.position += 1
+        return torch.cat([self.prompt, *generated], dim=1)
+
+
+class TimedCall:
+    """One timed generation call: the device synchronised at its start and its end (the
+    timing boundary), nothing between them that waits for the device (where the decoding
+    allows: benchc's loop; transformers' generate reads a flag after every token)."""
+
+    def __init__(self, device) -> None:
+        self.device = device
+        self.seconds = None
+
+    def __enter__(self):
+        self.device.synchronize()
+        self.begin = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.device.synchronize()
+        self.seconds = time.perf_counter() - self.begin
+
+
+def decode_bandwidth(tpot, new_tokens: int) -> dict:
+    """Decode as memory traffic: the bytes the roofline says each device moves over the
+    decode steps, over their measured time (TPOT x steps), and that against the HBM
+    bandwidth (null where either is unknown)."""
+    decode = PLAN["decode"]
+    if not decode or not tpot or new_tokens < 2:
+        return {"decode_bytes_per_s": None, "decode_hbm_utilisation": None}
+    achieved = decode["bytes_per_device"] / (tpot * (new_tokens - 1))
+    bandwidth = decode["hbm_bytes_per_s"]
+    return {
+        "decode_bytes_per_s": achieved,
+        "decode_hbm_utilisation": achieved / bandwidth if bandwidth else None,
+    }
+
+
+def generate_benchmark(metrics: dict, started: float) -> None:
+    rank, world, device = start_processes(metrics)
+    record_tier(metrics, device)
+    use_compile_cache(metrics)
+    run, model_plan, parallel = PLAN["infer"], PLAN["model"], PLAN["parallel"]
+    dtype = DTYPES[run["precision"]] or torch.float32
+    torch.manual_seed(run["seed"])  # the same weights and prompts on every rank
+    device.before_model()
+    # A model too large for one device is split while its parameters are still on the meta
+    # device; each rank then allocates only its own part.
+    on_meta = parallel["tensor"] > 1 and model_plan["meta_init"]
+    model, buffers = build_on_meta(model_plan, on_meta, device.device, dtype)
+    degree = parallel["tensor"]
+    if degree > 1:
+        model = device.inference_parallel(model, degree, dtype, run["graphs"])
+    if on_meta:
+        materialise(model, buffers, device.device)
+    model = model.to(dtype=dtype).eval()
+    model = device.prepare_generation(model, run)
+    vocab = model_plan["config"]["vocab_size"]
+    shape = (run["batch"], run["input_tokens"])
+    prompt = torch.randint(0, vocab, shape, device=device.device)
+    new_tokens = run["output_tokens"]
+    if PLAN["optimize"]["knobs"]["decode"] == "loop":
+        loop = DecodeLoop(model, prompt, new_tokens, device.decode_compile_options(run))
+
+        def generate(tokens: int):
+            with torch.no_grad(), device.attention(run["attention"]):
+                return loop(tokens)
+
+    else:
+        options = device.generate_options(run)
+
+        def generate(tokens: int):
+            with torch.no_grad(), device.attention(run["attention"]):
+                return model.generate(
+                    input_ids=prompt,
+                    attention_mask=torch.ones_like(prompt),
+                    max_new_tokens=tokens,
+                    min_new_tokens=tokens,
+                    do_sample=False,
+                    pad_token_id=0,
+                    **options,
+                )
+
+    def timed(tokens: int):
+        with TimedCall(device) as call:
+            output = generate(tokens)
+        return output, call.seconds
+
+    # The same clock on every target and both ways of decoding: time to first token is a
+    # synchronised call that makes one token (prefill); time per output token is the rest of
+    # a synchronised full call, over the tokens after the first.
+    metrics["startup_s"] = since_process_start(started)
+    metrics["device_state"] = device_state(device)
+    totals, first_token, per_token = [], [], []
+    for index in range(run["steps"]):
+        # the step running now: the metrics written on SIGTERM say where the run stopped
+        metrics["progress"] = {"step": index + 1, "of": run["steps"]}
+        if index == run["warmup"]:  # the measured calls: no collection in them
+            device.reset_peak_memory()
+            set_phase(metrics, "measuring")
+            gc.collect()
+            gc.freeze()
+            gc.disable()
+        elif index == 0:
+            set_phase(metrics, "warmup")
+        _, prefill = timed(1)
+        output, total = timed(new_tokens)
+        totals.append(total)
+        first_token.append(prefill)
+        if new_tokens > 1:
+            per_token.append(max(total - prefill, 0.0) / (new_tokens - 1))
+        if rank == 0:
+            phase = " (warmup)" if index < run["warmup"] else ""
+            print(
+                f"step {index + 1}/{run['steps']} time {totals[-1]:.3f}s{phase}",
+                flush=True,
+            )
+    gc.enable()
+    gc.unfreeze()
+    metrics["device_state"]["end"] = device.state()
+    generated = output[:, prompt.shape[1] :]
+    if generated.shape[1] != new_tokens:
+        raise RuntimeError(f"generated {generated.shape[1]} tokens, not {new_tokens}")
+
+    peak = torch.tensor([float(device.peak_memory_bytes())], device=device.device)
+    if world > 1:
+        dist.all_reduce(peak, op=dist.ReduceOp.MAX)
+    warm = run["warmup"]
+    measured = totals[warm:]
+    tokens_per_s = run["batch"] * new_tokens * len(measured) / sum(measured)
+    sequences_per_s = run["batch"] * len(measured) / sum(measured)
+    ttft, tpot = first_token[warm:], per_token[warm:]
+    metrics.update(
+        status="ok",
+        device_name=device.device_name(),
+        versions=library_versions(device),
+        **timing_summary(totals, warm),
+        throughput={
+            "unit": PLAN["unit"],
+            "job": tokens_per_s,
+            "per_device": tokens_per_s / world,
+            "samples_per_step": run["batch"],
+        },
+        generation={
+            "batch": run["batch"],
+            "input_tokens": run["input_tokens"],
+            "output_tokens": new_tokens,
+            "ttft_s": statistics.median(ttft) if ttft else None,
+            "tpot_s": statistics.median(tpot) if tpot else None,
+            **decode_bandwidth(statistics.median(tpot) if tpot else None, new_tokens),
+            "first_sequence": generated[0].tolist(),
+        },
+        peak_reserved_memory_bytes=device.peak_reserved_bytes(),
+        peak_memory_bytes=int(peak.item()),
+        flops=flops_summary(PLAN["flops_per_sample"], sequences_per_s / world),
+    )
+    if world > 1:
+        dist.barrier()
+        dist.destroy_process_group()
