@@ -63,6 +63,12 @@ def _lark() -> Lark:
     return parser
 
 
+def terminal_regexp(name: str) -> str:
+    """A terminal of the grammar as a regular expression (the formatter scans for comments
+    with the grammar's own STRING and COMMENT)."""
+    return _lark().get_terminal(name).pattern.to_regexp()
+
+
 def parse_text(source: Source, start: str = "start") -> ast.File:
     """Parse a whole file. Raises BenchError with the location of the first syntax error."""
     try:
