@@ -20,6 +20,8 @@ from pathlib import Path
 
 from system_tools import Unavailable, ensure
 
+from benchc.pids import alive
+
 ROOT = Path("/tmp/benchc-test-slurm")  # fixed, so a later run finds what a killed one left
 BRIDGE, SUBNET = "br-bcnt", "10.79.0"  # a private test range no other test uses
 NODES = ("bcn1", "bcn2")
@@ -35,15 +37,6 @@ def _run(*args: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
     return proc
 
 
-def _alive(pid: int) -> bool:
-    """PID 1 here reaps late: a zombie still answers kill -0, so read its state."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
-
-
 def _stop(pid_file: Path) -> None:
     try:
         pid = int(pid_file.read_text().strip())
@@ -55,9 +48,9 @@ def _stop(pid_file: Path) -> None:
         except ProcessLookupError:
             return
         deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and _alive(pid):
+        while time.monotonic() < deadline and alive(pid):
             time.sleep(0.1)
-        if not _alive(pid):
+        if not alive(pid):
             return
 
 
@@ -194,7 +187,7 @@ PartitionName=test Nodes={",".join(NODES)} Default=YES MaxTime=INFINITE State=UP
                 except ProcessLookupError:
                     pass
             deadline = time.monotonic() + 10
-            while time.monotonic() < deadline and any(_alive(pid) for pid in strays):
+            while time.monotonic() < deadline and any(alive(pid) for pid in strays):
                 time.sleep(0.1)
 
     def down(self) -> None:

@@ -15,6 +15,7 @@ import pytest
 from checkpoint_helpers import mmdit_checkpoint
 from scripted_points import ok_metrics_body, scripted_point
 
+from benchc.pids import alive
 from benchc.results.store import Store
 
 from conftest import REPO, run_benchc, run_cli
@@ -37,15 +38,6 @@ def wait_for(predicate, seconds: float = 60.0) -> None:
             return
         time.sleep(0.1)
     raise AssertionError("timed out waiting")
-
-
-def alive(pid: int) -> bool:
-    """Running or sleeping; a zombie is dead (PID 1 here reaps killed orphans late)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
 
 
 def only_run(db: Path):

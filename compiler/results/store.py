@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ..diagnostics import error
+from ..pids import alive
 from .migrations import MIGRATIONS, SCHEMA_VERSION, create_indexes, migrate
 from .queries import INDEX_NAMES, latest_series_query
 from .run_record import RunRecord, record_of
@@ -328,7 +329,7 @@ class Store:
         with self._reading():
             rows = self._db.execute(query, (host,)).fetchall()
         for row in rows:
-            if row["runner_pid"] and not _alive(row["runner_pid"]):
+            if row["runner_pid"] and not alive(row["runner_pid"]):
                 with self._transaction() as db:
                     db.execute(
                         "UPDATE runs SET status = 'unknown', cause = ? WHERE id = ? AND status = 'running'",
@@ -382,13 +383,3 @@ class Store:
             raise error(f"run id '{run_id}' is ambiguous: {len(found)} runs start with it", None,
                         hint="give more characters of the id")  # fmt: skip
         return record_of(found[0]) if found else None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

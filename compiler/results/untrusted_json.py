@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..diagnostics import Source, Span, error
 from ..files import read_bounded
+from ..frontend.source import structure_excess
 
 MAX_BYTES = 16 * 2**20  # a metrics file of 10,000 steps is about 1 MiB
 MAX_DEPTH = 32  # metrics nest 3 levels; a manifest 6
@@ -54,8 +55,7 @@ def read_json_file(path: Path, what: str) -> tuple[object, Source]:
     except UnicodeDecodeError as exc:
         raise error(f"'{name}' is not UTF-8 text (bad byte at offset {exc.start})", None) from None
     source = Source(name, text)
-    if text.count("[") + text.count("{") > MAX_DEPTH:  # fewer openers cannot nest deeper
-        _check_depth(source, what)
+    _check_depth(source, what)
     try:
         data = json.loads(text, parse_int=_integer, parse_float=_float, parse_constant=_constant)
     except json.JSONDecodeError as exc:
@@ -72,20 +72,16 @@ def read_json_file(path: Path, what: str) -> tuple[object, Source]:
 
 
 def _check_depth(source: Source, what: str) -> None:
-    depth = 0
-    for match in _STRUCTURE.finditer(source.text):
-        token = match.group()
-        if token in "[{":
-            depth += 1
-            if depth > MAX_DEPTH:
-                line, column = source.position(match.start())
-                raise error(
-                    f"'{source.name}' is nested deeper than {MAX_DEPTH} levels",
-                    Span.point(source, line, column),
-                    hint=f"a {what} nests a few levels; this is not one",
-                )
-        elif token in "]}":
-            depth -= 1
+    """Refuse nesting deeper than MAX_DEPTH before json.loads recurses into it (brackets in
+    strings do not count; a stray closer is json.loads's to refuse, so it is not clamped)."""
+    excess = structure_excess(source.text, _STRUCTURE, MAX_DEPTH, opening="[{", closing="]}", clamp=False)
+    if excess is not None:
+        line, column = source.position(excess.offset)
+        raise error(
+            f"'{source.name}' is nested deeper than {MAX_DEPTH} levels",
+            Span.point(source, line, column),
+            hint=f"a {what} nests a few levels; this is not one",
+        )
 
 
 def _bad_string(data, depth: int = 0) -> str | None:

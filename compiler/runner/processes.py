@@ -17,17 +17,10 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from ..pids import alive
+
 MARKER = "BENCHC_RUN"  # the environment variable every process of a run inherits
 STOP_GRACE_S = 10.0  # after SIGINT/SIGTERM, before SIGKILL
-
-
-def _alive(pid: int) -> bool:
-    """Running or sleeping, not a zombie (PID 1 here reaps late)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
 
 
 def marked(value: str) -> list[int]:
@@ -41,7 +34,7 @@ def marked(value: str) -> list[int]:
             environ = (entry / "environ").read_bytes()
         except OSError:
             continue
-        if needle in environ.split(b"\0") and _alive(int(entry.name)):
+        if needle in environ.split(b"\0") and alive(int(entry.name)):
             found.append(int(entry.name))
     return found
 
