@@ -15,6 +15,11 @@ launch.sh runs the command in a process group of its own and waits for it: a sto
 launch.sh reaches the whole group (torch.compile's compile workers too), and what is left of
 it is killed STOP_GRACE_S seconds later, or as soon as the command has ended.
 
+launch.sh.j2 holds what every launcher shares (the header, the process group, the family's
+environment); the command is one small template per launcher kind, launch_<kind>.sh.j2, which
+launcher_template() picks here, as programs pick their adapter. The layout each decision reads
+(world size, nodes, DeepSpeed) is the plan's, plan.dims (plan/parallel.py).
+
 Every value a shell file prints from a plan is a number, a name the validator restricted to
 a safe alphabet, or a word quoted by the `sh` filter (shlex.quote).
 """
@@ -28,7 +33,6 @@ import jinja2
 
 from ..plan.types import Plan
 from .environment import environment
-from .programs import uses_deepspeed
 
 LAUNCHER = "launch.sh"
 JOB = "job.sbatch"
@@ -43,15 +47,25 @@ STOP_GRACE_S = 30
 _SAFE = re.compile(r"[^A-Za-z0-9_.+-]")
 
 
+LAUNCHER_KINDS = ("python", "torchrun", "mpirun", "deepspeed", "accelerate")
+
+
 def launcher_kind(plan: Plan) -> str:
     """python | torchrun | mpirun | deepspeed | accelerate (see the module docstring)."""
+    dims = plan.dims
     if plan.runtime == "accelerate":
         return "accelerate"
-    if plan.cluster.world_size == 1:
+    if not dims.distributed:
         return "python"
     if plan.target.family == "hpu":
-        return "deepspeed" if plan.cluster.nodes > 1 or uses_deepspeed(plan) else "mpirun"
+        return "deepspeed" if dims.multi_node or dims.deepspeed else "mpirun"
     return "torchrun"
+
+
+def launcher_template(kind: str) -> str:
+    """The template of launch.sh's command for a launcher kind (included by launch.sh.j2)."""
+    assert kind in LAUNCHER_KINDS, kind
+    return f"launch_{kind}.sh.j2"
 
 
 def per_node_launcher(plan: Plan) -> bool:
@@ -71,14 +85,14 @@ def default_job_name(plan: Plan) -> str:
 def wants_job(plan: Plan, requested: bool = False) -> bool:
     """job.sbatch is written beside every accelerator or multi-node point, for every point of
     a spec with a slurm block, and on request (`compile --sbatch`, `submit`)."""
-    return requested or plan.slurm.requested or plan.target.family != "cpu" or plan.cluster.nodes > 1
+    return requested or plan.slurm.requested or plan.target.family != "cpu" or plan.dims.multi_node
 
 
 def usage(plan: Plan) -> list[str]:
     """How to start this point, as the launcher's header and the manifest say it."""
-    kind, nodes = launcher_kind(plan), plan.cluster.nodes
+    kind, nodes = launcher_kind(plan), plan.dims.nodes
     slurm = f"under Slurm: sbatch {JOB} (or benchc submit)"
-    if nodes == 1:
+    if not plan.dims.multi_node:
         return [f"bash {LAUNCHER} [--metrics FILE]", slurm]
     if kind == "deepspeed":
         return [
@@ -113,24 +127,28 @@ def _hpu_lazy_mode(plan: Plan) -> str:
 
 def _header(plan: Plan) -> dict:
     """What both shell files say of the point in their first lines."""
-    kind = launcher_kind(plan)
+    kind, dims = launcher_kind(plan), plan.dims
     return {
         "experiment": plan.experiment,
         "target": plan.target.name,
         "point": plan.point,
-        "nodes": plan.cluster.nodes,
-        "per_node": plan.cluster.devices_per_node,
-        "world": plan.cluster.world_size,
+        "nodes": dims.nodes,
+        "per_node": dims.devices_per_node,
+        "world": dims.world_size,
         "how": _HOW[kind],
     }
 
 
 def render_launcher(plan: Plan, env: jinja2.Environment | None = None) -> str:
+    kind, family, dims = launcher_kind(plan), plan.target.family, plan.dims
     context = {
         **_header(plan),
-        "family": plan.target.family,
-        "launcher": launcher_kind(plan),
-        "deepspeed": uses_deepspeed(plan),
+        "family": family,
+        "command": launcher_template(kind),
+        "multi_node": dims.multi_node,  # NNODES: the nodes the launcher checks for
+        # NPROC: the processes per node, for a distributed launcher and the cpu's thread share
+        "nproc": kind not in ("python", "accelerate") or family == "cpu",
+        "deepspeed": dims.deepspeed,
         "accelerate_config": ACCELERATE_CONFIG,
         "usage": usage(plan),
         "rdzv_id": default_job_name(plan),
@@ -156,18 +174,18 @@ def trials_time(trials: int, timeout_s: float) -> str:
 
 def sbatch_directives(plan: Plan) -> list[tuple[str, str | None]]:
     """(option, value) for the #SBATCH lines; value None for a flag."""
-    s, cluster, kind = plan.slurm, plan.cluster, launcher_kind(plan)
+    s, dims, kind = plan.slurm, plan.dims, launcher_kind(plan)
     # mpirun reads its slots from the allocation: one task per rank on its node.
-    tasks = cluster.devices_per_node if kind == "mpirun" else 1
+    tasks = dims.devices_per_node if kind == "mpirun" else 1
     lines: list[tuple[str, str | None]] = [
         ("job-name", s.job_name or default_job_name(plan)),
-        ("nodes", str(cluster.nodes)),
+        ("nodes", str(dims.nodes)),
         ("ntasks-per-node", str(tasks)),
     ]
     if s.gres is not None:
         lines.append(("gres", s.gres))
     elif plan.target.family == "cuda":
-        lines.append(("gpus-per-node", str(cluster.devices_per_node)))
+        lines.append(("gpus-per-node", str(dims.devices_per_node)))
     if s.exclusive:
         lines.append(("exclusive", None))
     lines.append(("time", job_time(plan)))
@@ -202,11 +220,12 @@ def render_job(plan: Plan, env: jinja2.Environment | None = None) -> str:
 
 def _distributed_type(plan: Plan) -> tuple[str, str]:
     """accelerate's distributed_type for this plan, and why where it is not the obvious one."""
-    if plan.cluster.world_size == 1:
+    dims = plan.dims
+    if not dims.distributed:
         return "NO", ""
-    if uses_deepspeed(plan):
+    if dims.deepspeed:
         return "DEEPSPEED", ""
-    if plan.parallel.sharding == "fsdp":
+    if dims.fsdp:
         return "FSDP", ""
     if plan.target.family == "hpu":
         return "MULTI_HPU", ""
@@ -218,19 +237,19 @@ def _distributed_type(plan: Plan) -> tuple[str, str]:
 def render_accelerate_config(plan: Plan, env: jinja2.Environment | None = None) -> str:
     """accelerate.yaml: what `accelerate launch` needs to start this point's processes, from
     the plan bench.py's Accelerator is built from (the two always agree)."""
-    w, p = plan.workload, plan.parallel
+    w, p, dims = plan.workload, plan.parallel, plan.dims
     distributed, why = _distributed_type(plan)
     context = {
         **_header(plan),
         "distributed_type": distributed,
         "distributed_note": why,
         "mixed_precision": {"bf16": "bf16", "fp16": "fp16"}.get(w.precision, "no"),
-        "use_cpu": plan.target.family == "cpu" and not uses_deepspeed(plan),
+        "use_cpu": plan.target.family == "cpu" and not dims.deepspeed,
         "fsdp": distributed == "FSDP",
         "block": BLOCK_CLASSES.get(plan.model.kind, ""),
         "activation_checkpointing": p.activation_checkpointing,
         "deepspeed": distributed == "DEEPSPEED",
-        "zero_stage": int(p.sharding.removeprefix("zero")) if uses_deepspeed(plan) else None,
+        "zero_stage": dims.zero_stage,
         "grad_accum": getattr(w, "grad_accum", 1),
         "grad_clip": getattr(w, "grad_clip", None),
         "precision": w.precision,

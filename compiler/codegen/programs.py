@@ -1,7 +1,8 @@
 """Render one plan into its benchmark program (bench.py), and say what cannot be generated yet.
 
 Logic lives here; templates hold layout. Every value a template prints comes from the
-dictionaries built below and reaches Python code through the `py` filter (a literal).
+dictionaries built below and reaches Python code through the `py` filter (a literal). The
+parallel layout (DeepSpeed, the meta-device build, the world size) is the plan's, plan.dims.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from ..catalog.metrics import METRICS
 from ..catalog.sd3_components import CLIP_TOKENS
 from ..catalog.sd3_components import FULL as FULL_PARTS
 from ..catalog.sd3_components import SMOKE as SMOKE_PARTS
-from ..plan.memory import meta_init
 from ..plan.roofline import roofline
 from ..plan.types import LlamaModel, MMDiTModel, Plan, SD3Pipeline, TrainWorkload
 from .environment import environment
@@ -80,7 +80,7 @@ def _llama_attention(work, family: str) -> str:
     return GROUPED_SDPA if grouped_attention(work, family) else "sdpa"
 
 
-def _llama_model(model: LlamaModel, work, family: str) -> dict:
+def _llama_model(model: LlamaModel, work, family: str, meta_init: bool) -> dict:
     # keyword arguments of transformers.LlamaConfig
     config = {
         "hidden_size": model.hidden,
@@ -97,7 +97,7 @@ def _llama_model(model: LlamaModel, work, family: str) -> dict:
     return {
         "kind": model.kind,
         "weights": model.weights,
-        "meta_init": meta_init(model, work),
+        "meta_init": meta_init,  # plan.dims.meta_init (plan/parallel.py)
         "config": config,
     }
 
@@ -174,7 +174,7 @@ def _common_settings(plan: Plan, model_settings: dict, items_per_sample: int) ->
         "unit": METRICS[plan.measure.metric].throughput_unit,
         "headline": _latency(plan.measure.metric),
         "items_per_sample": items_per_sample,  # 1 image, or seq_len tokens, per sample
-        "world_size": plan.cluster.world_size,
+        "world_size": plan.dims.world_size,
         "model": model_settings,
         "parallel": {
             "data": plan.parallel.data,
@@ -217,21 +217,17 @@ def _train_settings(plan: Plan) -> dict:
 def program_settings(plan: Plan) -> dict:
     """The PLAN literal of the program: what its core reads, nothing target-specific in code."""
     model, work = plan.model, plan.workload
-    family = plan.target.family
+    family, meta_init = plan.target.family, plan.dims.meta_init
     if isinstance(model, SD3Pipeline):
         return {**_common_settings(plan, _sd3_model(model, work, plan.smoke), 1), **_infer_settings(plan)}
     if not isinstance(work, TrainWorkload):
-        return {**_common_settings(plan, _llama_model(model, work, family), 1), **_infer_settings(plan)}
+        llama = _llama_model(model, work, family, meta_init)
+        return {**_common_settings(plan, llama, 1), **_infer_settings(plan)}
     if isinstance(model, LlamaModel):
-        common = _common_settings(plan, _llama_model(model, work, family), work.seq_len)
+        common = _common_settings(plan, _llama_model(model, work, family, meta_init), work.seq_len)
     else:
         common = _common_settings(plan, _mmdit_model(model, work), 1)
     return {**common, **_train_settings(plan)}
-
-
-def uses_deepspeed(plan: Plan) -> bool:
-    """Training sharded with DeepSpeed ZeRO (stage 1, 2 or 3)."""
-    return isinstance(plan.workload, TrainWorkload) and plan.parallel.sharding.startswith("zero")
 
 
 def import_lines(
@@ -363,13 +359,13 @@ def render_program(plan: Plan, env: jinja2.Environment | None = None) -> str:
             family,
             kind,
             workload,
-            uses_deepspeed(plan),
+            plan.dims.deepspeed,
             plan.runtime,
             grouped_llama(plan),
             plan.checkpoint is not None,
         ),
         "checkpoint": plan.checkpoint is not None,
-        "deepspeed": uses_deepspeed(plan),
+        "deepspeed": plan.dims.deepspeed,
         "model_core": f"model_{kind}.py.j2",
         "grouped_attention": grouped_llama(plan),
         "core": "core_train.py.j2" if workload == "train" else ENTRIES[kind][0],

@@ -4,6 +4,11 @@ Two steps, so `--smoke` can shrink in between: `resolve()` fills every setting (
 presets) into plain sections; `build()` computes derived values and freezes them into a Plan.
 Mistakes that stop a plan from being built (unknown preset, no workload, settings that do not
 apply to the model) are located errors here; cross-field rules live in validate/semantic.py.
+The parallel layout's facts are derived once, on the plan (plan/parallel.py, `plan.dims`).
+
+It is over 400 lines because its tables (DEFAULTS, MODEL_DEFAULTS, WORKLOAD_FIELDS) are the one
+statement of every default and of which setting applies to which model, and they belong with
+the code that applies them.
 """
 
 from __future__ import annotations
@@ -330,7 +335,7 @@ def build(resolved: Resolved, variant: Variant, target: Target, smoke: bool,
     )  # fmt: skip
     document = r.settings.document
     runtime = str(r.settings.get(("runtime",), "torch"))
-    return Plan(
+    plan = Plan(
         experiment=document.experiment,
         description=r.settings.get(("description",)),
         target=target,
@@ -369,6 +374,8 @@ def build(resolved: Resolved, variant: Variant, target: Target, smoke: bool,
             static_cache=not isinstance(workload, InferWorkload) or workload.kv_cache != "dynamic",
         ),
     )
+    plan.dims  # noqa: B018 - the parallel layout, derived here once (its invariants checked) and kept
+    return plan
 
 
 def _prices(block) -> PriceList | None:

@@ -30,6 +30,11 @@ that and the steady parts above.
 capacity: the target's `memory_gb`; the cpu target states none, so its capacity is this host's
 physical memory shared by the node's processes (host / devices_per_node per process), read by
 host_memory() when estimated and never written into a plan.
+
+The parallel layout (world size, effective sharding, DeepSpeed's stage, the meta-device build)
+is read from plan.dims (plan/parallel.py), never derived here. The module is over 400 lines
+because each part's formula sits beside its docstring, which docs/estimate.md follows: splitting
+them would separate parts the one estimate adds up.
 """
 
 from __future__ import annotations
@@ -163,8 +168,8 @@ def block_and_root(plan: Plan) -> tuple[int, int]:
 def local_weights(plan: Plan) -> float:
     """Parameters one device holds for inference: tensor parallel splits each layer's
     projections t ways; norms, embeddings and the output head stay whole on every device."""
-    m, t = plan.model, plan.parallel.tensor
-    if not isinstance(m, LlamaModel) or t == 1:
+    m, t = plan.model, plan.dims.tensor
+    if not isinstance(m, LlamaModel) or not plan.dims.tensor_parallel:
         return float(sum(parameters(plan).values()))
     block, root = block_and_root(plan)
     norms = 2 * m.hidden
@@ -173,50 +178,27 @@ def local_weights(plan: Plan) -> float:
 
 # ------------------------------------------------------------------ building the model
 
-META_INIT_PARAMS = 2e9  # inference: from this size, split the model before allocating it
-
-
-def meta_init(model, work) -> bool:
-    """Does the program build this Llama on the meta device and allocate only each rank's
-    shards? Training with FSDP2 always does (random weights need no loading). Tensor-parallel
-    inference does for models of 2B parameters and more: DTensor on CPU and CUDA, DeepSpeed's
-    AutoTP on Gaudi (it materialises a meta model's shards on the card; the program then fills
-    them). A model with local weights is loaded whole. (The MMDiT is always built whole.)"""
-    if not isinstance(model, LlamaModel) or model.weights is not None:
-        return False
-    if not isinstance(work, InferWorkload):
-        return True
-    size = llama_params(model.hidden, model.layers, model.heads, model.kv_heads, model.intermediate,
-                        model.vocab, head_dim=model.head_dim)  # fmt: skip
-    return size >= META_INIT_PARAMS
-
 
 def whole_build(plan: Plan) -> float:
     """Bytes each device holds when the program builds the whole model before sharding or
     splitting it: training in fp32 (the master weights), inference in its precision (built
     on the device in it, never cast after); 0 where it builds on the meta device or
     DeepSpeed's ZeRO-3 partitions each parameter as it is created."""
-    w, p = plan.workload, plan.parallel
+    w, dims = plan.workload, plan.dims
     if isinstance(w, InferWorkload):
         # unsplit, the model built is the weights themselves: nothing before the steady state
-        whole = p.tensor > 1 and not meta_init(plan.model, w)
+        whole = dims.tensor_parallel and not dims.meta_init
         return BYTES[w.precision] * sum(parameters(plan).values()) if whole else 0.0
-    if p.sharding == "zero3" and plan.cluster.world_size > 1:
+    if dims.zero_stage == 3 and dims.distributed:
         return 0.0
-    if p.sharding == "fsdp" and plan.cluster.world_size > 1:
+    if dims.fsdp:
         # on the meta device; under accelerate, rank 0 builds in host memory and sends shards
-        if plan.runtime == "accelerate" or meta_init(plan.model, w):
+        if plan.runtime == "accelerate" or dims.meta_init:
             return 0.0
     return FP32 * plan.cost.params
 
 
 # ------------------------------------------------------------------ training states
-
-
-def effective_sharding(plan: Plan) -> str:
-    """FSDP2 wraps nothing on one device (the program runs it as plain training)."""
-    p = plan.parallel
-    return "none" if p.sharding == "fsdp" and plan.cluster.world_size == 1 else p.sharding
 
 
 def optimizer_states(plan: Plan) -> int:
@@ -228,17 +210,17 @@ def optimizer_states(plan: Plan) -> int:
 
 
 def training_states(plan: Plan) -> list[Part]:
-    p = plan.cost.params
-    n, b = plan.parallel.data, BYTES[plan.workload.precision]
+    p, dims = plan.cost.params, plan.dims
+    n, b = dims.data, BYTES[plan.workload.precision]
     k = optimizer_states(plan) * FP32
-    sharding = effective_sharding(plan)
+    sharding = dims.effective_sharding
     block, root = block_and_root(plan)
     name = plan.workload.optimizer.name
     if sharding == "none":
         parts = [Part("weights", 4 * p, "fp32 parameters: 4 B x P"),
                  Part("gradients", 4 * p, "fp32 gradients: 4 B x P"),
                  Part("optimizer", k * p, f"{name}: {k} B x P of fp32 state")]  # fmt: skip
-        if plan.cluster.world_size > 1 and plan.target.family != "hpu":
+        if dims.distributed and plan.target.family != "hpu":
             parts.append(
                 Part("buckets", 4 * p, "DDP's gradient buckets (no gradient_as_bucket_view): 4 B x P")
             )
@@ -252,7 +234,7 @@ def training_states(plan: Plan) -> list[Part]:
                 Part("optimizer", k * p / n, f"{name}: {k} B x P / N"),
                 Part("working", gathered, f"FSDP2 gathered: root and 2 blocks in {b} B, one block's "
                      f"gradient in {b} B and fp32")]  # fmt: skip
-    stage = int(sharding.removeprefix("zero"))
+    stage = dims.zero_stage
     master = FP32  # DeepSpeed's flat fp32 partition, a copy even of an fp32 model
     weights_n, grads_n = (n if stage == 3 else 1), (n if stage >= 2 else 1)
     parts = [
@@ -277,7 +259,7 @@ def _dtypes(plan: Plan) -> tuple[int, int, int]:
     """(b, n, r): bytes of matmul activations, of layer-norm tensors (fp32 under autocast),
     and of the residual stream (fp32 when fp32 weights meet autocast: sharding none)."""
     b = BYTES[plan.workload.precision]
-    sharding = effective_sharding(plan)
+    sharding = plan.dims.effective_sharding
     autocast = sharding != "fsdp" and b < FP32  # FSDP2 casts the weights instead
     n = FP32 if autocast or b == FP32 else b
     r = FP32 if sharding == "none" or b == FP32 else b
@@ -352,7 +334,7 @@ def kv_cache(plan: Plan) -> float:
     m, w = plan.model, plan.workload
     if not isinstance(m, LlamaModel):
         return 0.0
-    heads = m.kv_heads / plan.parallel.tensor
+    heads = m.kv_heads / plan.dims.tensor
     return (
         2.0
         * m.layers
@@ -367,7 +349,7 @@ def kv_cache(plan: Plan) -> float:
 def inference_working(plan: Plan) -> tuple[float, str]:
     """The largest transient tensors of an inference call (no activations are kept)."""
     m, w = plan.model, plan.workload
-    b, t = BYTES[w.precision], plan.parallel.tensor
+    b, t = BYTES[w.precision], plan.dims.tensor
     if isinstance(m, LlamaModel):
         tokens = w.batch * w.input_tokens
         working = tokens * (2 * m.hidden + 3 * m.intermediate / t) * b
@@ -426,7 +408,7 @@ def _capacity(plan: Plan) -> dict:
     host = host_memory() if t.family == "cpu" else None
     if host is None:
         return {"capacity": None}
-    processes = plan.cluster.devices_per_node
+    processes = plan.dims.devices_per_node
     return {"capacity": host / processes, "host": host, "processes": processes}
 
 
@@ -435,7 +417,7 @@ def estimate_memory(plan: Plan) -> Memory:
     capacity = _capacity(plan)
     if isinstance(plan.workload, InferWorkload):
         b = BYTES[plan.workload.precision]
-        where = f" / tensor {plan.parallel.tensor} (layers)" if plan.parallel.tensor > 1 else ""
+        where = f" / tensor {plan.dims.tensor} (layers)" if plan.dims.tensor_parallel else ""
         parts = [Part("weights", b * local_weights(plan), f"{b} B x parameters{where}")]
         cache = kv_cache(plan)
         if cache:

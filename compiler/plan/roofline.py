@@ -17,6 +17,7 @@ bound by HBM bandwidth (its elementwise FLOPs are not counted).
 Collectives: a group of n nodes x g devices per node runs the bandwidth-optimal
 hierarchical algorithm; per device, an all-reduce (k = 2) or an all-gather/reduce-scatter
 (k = 1) of S bytes moves k (g - 1)/g S over scale-up and k (n - 1)/n S/g over scale-out.
+The layout (nodes, world size, sharding, ZeRO stage) is read from plan.dims (plan/parallel.py).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from ..catalog.metrics import METRICS
 from ..figures import normal_unit, sig
 from ..records import frozen
 from .flops import llama_generate_flops
-from .memory import BYTES, FP32, effective_sharding, local_weights, optimizer_states, parameters
+from .memory import BYTES, FP32, local_weights, optimizer_states, parameters
 from .types import InferWorkload, LlamaModel, Plan
 
 RECOMPUTE = 4 / 3  # activation checkpointing runs the forward again: 4 passes' FLOPs, not 3
@@ -154,7 +155,7 @@ def _memory(plan: Plan, nbytes: float, what: str) -> Bound:
 
 def _interconnect(plan: Plan, collectives: list[tuple[str, float, int, float]]) -> Bound | None:
     """collectives: (what, bytes S, k, count) over a group of all nodes x devices_per_node."""
-    n, g = plan.cluster.nodes, plan.cluster.devices_per_node
+    n, g = plan.dims.nodes, plan.dims.devices_per_node
     up = sum(count * k * (g - 1) / g * size for _, size, k, count in collectives)
     out = sum(count * k * (n - 1) / n * size / g for _, size, k, count in collectives)
     if not up and not out:
@@ -174,27 +175,26 @@ def _interconnect(plan: Plan, collectives: list[tuple[str, float, int, float]]) 
 
 
 def _passes(plan: Plan) -> Phase:
-    w, p = plan.workload, plan.cost.params
-    b, world = BYTES[w.precision], plan.cluster.world_size
+    w, p, dims = plan.workload, plan.cost.params, plan.dims
+    b, world = BYTES[w.precision], dims.world_size
     checkpointing = plan.parallel.activation_checkpointing
     flops = plan.cost.train_flops_per_sample * w.global_batch / world * (RECOMPUTE if checkpointing else 1)
     what = f"global batch {w.global_batch} / {world} devices" + (", x 4/3 recompute" if checkpointing else "")
     bounds = [_compute(plan, flops, what)]
-    sharding = effective_sharding(plan)
     passes = 3 if checkpointing else 2
     traffic = w.grad_accum * (passes + 1) * b * p
     what = f"{w.grad_accum} x ({passes} weight reads + 1 gradient write) x {b} B x P"
     bounds.append(_memory(plan, traffic, what))
     collectives = []
-    if world > 1 and sharding == "none":
+    if dims.distributed and dims.effective_sharding == "none":
         collectives = [("all-reduce of fp32 gradients", FP32 * p, 2, 1)]
-    elif world > 1 and sharding == "fsdp":
+    elif dims.fsdp:
         # the torch runtime reduces once a step; accelerate's FSDP2 on every micro batch
         reduces = w.grad_accum if plan.runtime == "accelerate" else 1
         collectives = [(f"all-gather of {b}-byte weights", b * p, 1, 2 * w.grad_accum),
                        ("reduce-scatter of fp32 gradients", FP32 * p, 1, reduces)]  # fmt: skip
-    elif world > 1:  # DeepSpeed ZeRO: 16-bit gradients and weights
-        stage = int(sharding.removeprefix("zero"))
+    elif dims.distributed:  # DeepSpeed ZeRO: 16-bit gradients and weights
+        stage = dims.zero_stage
         reduces = w.grad_accum if stage >= 2 else 1
         collectives = [(f"reduce-scatter of {b}-byte gradients", b * p, 1, reduces)]
         if stage == 3:
@@ -218,8 +218,8 @@ def _optimizer(plan: Plan) -> Phase:
     states are sharded) through one fused pass over HBM. The gradient it reads is fp32 in
     every generated program: DDP's of fp32 weights, FSDP2's reduce-scatter in fp32, DeepSpeed's
     fp32 partition."""
-    p, n = plan.cost.params, plan.parallel.data
-    sharded = effective_sharding(plan) != "none"
+    p, n = plan.cost.params, plan.dims.data
+    sharded = plan.dims.effective_sharding != "none"
     states, name = optimizer_states(plan), plan.workload.optimizer.name
     per = optimizer_bytes(states)
     held = "its momentum buffer" if name == "sgd" else f"{states} moments"
@@ -235,17 +235,17 @@ def _training(plan: Plan) -> tuple[Phase, Phase]:
 
 
 def _generation(plan: Plan) -> tuple[Phase, ...]:
-    m, w, t = plan.model, plan.workload, plan.parallel.tensor
+    m, w, t = plan.model, plan.workload, plan.dims.tensor
     b, batch, ins, outs = BYTES[w.precision], w.batch, w.input_tokens, w.output_tokens
     shape = (m.hidden, m.layers, m.heads, m.kv_heads, m.intermediate, m.vocab)
     prefill_flops = llama_generate_flops(*shape, ins, 1, head_dim=m.head_dim)
     decode_flops = plan.cost.forward_flops_per_sample - prefill_flops
     weights = b * local_weights(plan)
     per_token = 2 * m.layers * m.kv_heads / t * m.head_dim * b  # keys and values, this device
-    split = f" / tensor {t}" if t > 1 else ""
+    split = f" / tensor {t}" if plan.dims.tensor_parallel else ""
 
     def tensor_parallel(tokens: int) -> list[Bound]:
-        if t == 1:
+        if not plan.dims.tensor_parallel:
             return []
         size = batch * tokens * m.hidden * b
         link = _interconnect(
@@ -286,7 +286,7 @@ def _pipeline(plan: Plan) -> Phase:
 
 
 def roofline(plan: Plan) -> Roofline:
-    w, metric, world = plan.workload, plan.measure.metric, plan.cluster.world_size
+    w, metric, world = plan.workload, plan.measure.metric, plan.dims.world_size
     lower = METRICS[metric].lower_is_better
     if not isinstance(w, InferWorkload):
         phases = _training(plan)

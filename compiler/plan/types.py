@@ -1,14 +1,19 @@
 """The typed, frozen, fully resolved plan of one (target, sweep point): what code generation reads.
 
 Every field is a plain value (no spans, no defaults left to fill). `Plan.to_dict()` is the
-JSON form written by `benchc plan --json` and into each build's manifest.
+JSON form written by `benchc plan --json` and into each build's manifest. `Plan.dims` is the
+plan's parallel layout (plan/parallel.py), derived from its fields once and kept on it, outside
+that JSON.
 """
 
 from __future__ import annotations
 
+from functools import cached_property
+
 from ..catalog.targets import Target
 from ..records import as_dict, frozen
 from .flops import ModelCost
+from .parallel import ParallelDims
 from .tuning import Tuning
 
 PLAN_SCHEMA_VERSION = 1
@@ -210,6 +215,14 @@ class Plan:
     # builds) before it runs: the one it loads, or under --smoke the one the full run will load
     checkpoint: str | None = None
     schema_version: int = PLAN_SCHEMA_VERSION
+
+    @cached_property
+    def dims(self) -> ParallelDims:
+        """The parallel layout: world size, degrees, DeepSpeed or FSDP, meta-device build.
+        Derived on first use (lower.build asks at once, so its invariants are checked where the
+        plan is made) and kept: not a field, so not in to_dict, eq or hash; a plan made by
+        dataclasses.replace derives its own."""
+        return ParallelDims.of(self)
 
     def to_dict(self) -> dict:
         data = as_dict(self)  # dataclasses.asdict, without deep copies of plain values

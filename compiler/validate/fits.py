@@ -37,6 +37,7 @@ def _gb(value: float) -> str:
 
 
 def _total_with(plan: Plan, **parallel) -> float:
+    """The estimate of the plan with other parallel settings (a new plan: its own plan.dims)."""
     changed = dataclasses.replace(plan, parallel=dataclasses.replace(plan.parallel, **parallel))
     return estimate_memory(changed).total
 
@@ -65,7 +66,7 @@ def _remedies(plan: Plan, memory) -> list[str]:
         shown = f"{n} x {_gb(total)} = {_gb(n * total)}" if memory.host else _gb(total)
         return f"{shown}, {'fits' if total <= capacity else 'still over'}"
 
-    p, w = plan.parallel, plan.workload
+    dims, w = plan.dims, plan.workload
     inference = isinstance(w, InferWorkload)
     largest = _largest_batch(plan, memory)
     key = "infer.batch" if inference else "train.batch"
@@ -74,7 +75,7 @@ def _remedies(plan: Plan, memory) -> list[str]:
         found.append(f"a smaller batch: {key} = {largest} or less fits{keep}")
     if inference:
         m = plan.model
-        wider = p.tensor * 2
+        wider = dims.tensor * 2
         split = memory.host is None  # not on the cpu: one host holds all its processes
         if isinstance(m, LlamaModel) and m.kv_heads % wider == 0 and split:
             found.append(f"more tensor parallelism: parallel.tensor = {wider} on as many devices "
@@ -82,14 +83,14 @@ def _remedies(plan: Plan, memory) -> list[str]:
         elif not isinstance(m, LlamaModel):
             found.append('a smaller model (preset = "sd3-medium"): the SD3 pipeline runs on one device')
         return found + _last(plan, memory)
-    if not p.activation_checkpointing:
+    if not plan.parallel.activation_checkpointing:
         total = memory.total - memory.activations_off + memory.activations_on
         found.append(f"activation checkpointing: parallel.activation_checkpointing = true ({verdict(total)})")
-    if plan.cluster.world_size > 1 and p.sharding not in ("fsdp", "zero3"):
+    if dims.distributed and not dims.shards_parameters:
         name = "zero3" if plan.target.family == "hpu" else "fsdp"
         found.append(f"sharding the weights, gradients and optimizer state: parallel.sharding = {name} "
                      f"({verdict(_total_with(plan, sharding=name))})")  # fmt: skip
-    elif p.sharding in ("fsdp", "zero3") and memory.total - _growing(memory) > memory.total - capacity:
+    elif dims.shards_parameters and memory.total - _growing(memory) > memory.total - capacity:
         found.append("more devices to shard over (cluster.nodes): the states shrink as 1 / data degree")
     if memory.host is None:
         found.append(
@@ -104,7 +105,8 @@ def _last(plan: Plan, memory) -> list[str]:
         return [MORE_MEMORY]
     fewer = []
     most = math.floor(memory.host / memory.total)
-    if plan.parallel.sharding == "none" and plan.parallel.tensor == 1 and 1 <= most < memory.processes:
+    replicated = plan.dims.sharding == "none" and not plan.dims.tensor_parallel
+    if replicated and 1 <= most < memory.processes:
         fewer = [f"fewer processes per node: cluster.devices_per_node = {most} or less, with parallel.data "
                  f"to match ({most} x {_gb(memory.total)} = {_gb(most * memory.total)}, fits)"]  # fmt: skip
     return fewer + [SMOKE]
