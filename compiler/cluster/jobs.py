@@ -44,7 +44,7 @@ def submit_point(store: Store, point: BuildPoint, *, trials: int, options: list[
     series = new_id()
     run_dir = (point.path / "runs" / series).resolve()
     run_dir.mkdir(parents=True)
-    manifest, plan = point.manifest, point.plan
+    manifest, plan = point.manifest, point.manifest.plan
     try:
         with store.batch():
             job_id, named = slurm.sbatch(
@@ -53,17 +53,17 @@ def submit_point(store: Store, point: BuildPoint, *, trials: int, options: list[
             )  # fmt: skip
             run_ids = [
                 store.start(
-                    experiment=manifest["experiment"],
-                    target=manifest["target"],
-                    point=manifest["point"],
-                    point_values=plan.get("point_values", {}),
-                    smoke=bool(manifest.get("smoke")),
-                    spec_path=manifest["spec"]["path"],
-                    spec_sha256=manifest["spec"]["sha256"],
+                    experiment=manifest.experiment,
+                    target=manifest.target,
+                    point=manifest.point,
+                    point_values=plan.point_values,
+                    smoke=manifest.smoke,
+                    spec_path=manifest.spec_path,
+                    spec_sha256=manifest.spec_sha256,
                     build_path=str(point.path.resolve()),
                     log_path=str(run_dir / LOG),
                     environment=environment,
-                    plan=plan,
+                    plan=plan.raw,
                     series=series,
                     trial=trial,
                     source="submit",

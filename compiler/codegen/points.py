@@ -1,14 +1,15 @@
-"""All files of one build point: the program, its launchers and the versioned manifest."""
+"""All files of one build point: the program, its launchers and the versioned manifest (the record
+of compiler/manifest.py, made here from the plan)."""
 
 from __future__ import annotations
 
 import hashlib
-import json
 
 import jinja2
 
 from .. import __version__
 from ..catalog.versions import checked_with
+from ..manifest import FileHash, Manifest, ManifestPlan
 from ..plan.roofline import roofline
 from ..plan.types import Plan
 from .launchers import (
@@ -24,7 +25,6 @@ from .launchers import (
 )
 from .programs import METRICS_SCHEMA_VERSION, PROGRAM, render_program
 
-MANIFEST_VERSION = 1
 MANIFEST = "manifest.json"
 EXECUTABLE = {PROGRAM, LAUNCHER, JOB}
 BUILD_FILES = (PROGRAM, LAUNCHER, ACCELERATE_CONFIG, JOB, MANIFEST)  # every name a build may write
@@ -34,22 +34,23 @@ def sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def render_manifest(plan: Plan, files: dict[str, str]) -> str:
-    """Versioned, deterministic: no time, no host. `files` maps a file name to its text."""
-    manifest = {
-        "manifest_version": MANIFEST_VERSION,
-        "compiler": {"name": "benchc", "version": __version__},
-        "experiment": plan.experiment,
-        "target": plan.target.name,
-        "point": plan.point,
-        "smoke": plan.smoke,
-        "spec": {
-            "path": plan.spec.path,
-            "sha256": plan.spec.sha256,
-            "files": [{"path": p, "sha256": h} for p, h in plan.spec.files],
-        },
-        "files": [{"path": name, "sha256": sha256(text)} for name, text in sorted(files.items())],
-        "run": {
+def manifest_of(plan: Plan, files: dict[str, str]) -> Manifest:
+    """The point's manifest: versioned, deterministic (no time, no host). `files` maps a file
+    name to its text."""
+    return Manifest(
+        experiment=plan.experiment,
+        target=plan.target.name,
+        point=plan.point,
+        smoke=plan.smoke,
+        spec_path=plan.spec.path,
+        spec_sha256=plan.spec.sha256,
+        spec_files=tuple(FileHash(p, h) for p, h in plan.spec.files),
+        files=tuple(FileHash(name, sha256(text)) for name, text in sorted(files.items())),
+        # the plan, with its roofline (plan/roofline.py) as numbers: the report sets each run
+        # against the bound that applies to it
+        plan=ManifestPlan({**plan.to_dict(), "roofline": roofline(plan).record() if plan.cost else None}),
+        compiler={"name": "benchc", "version": __version__},
+        run={
             "launcher": launcher_kind(plan),
             "nodes": plan.cluster.nodes,
             "processes_per_node": plan.cluster.devices_per_node,
@@ -59,12 +60,13 @@ def render_manifest(plan: Plan, files: dict[str, str]) -> str:
             "metrics": "metrics.json",
             "metrics_schema": f"benchc-metrics/{METRICS_SCHEMA_VERSION}",
         },
-        "checked_with": checked_with(plan.target.family),
-        # the plan, with its roofline (plan/roofline.py) as numbers: the report sets each run
-        # against the bound that applies to it
-        "plan": {**plan.to_dict(), "roofline": roofline(plan).record() if plan.cost else None},
-    }
-    return json.dumps(manifest, indent=2, sort_keys=True) + "\n"
+        checked_with=checked_with(plan.target.family),
+    )
+
+
+def render_manifest(plan: Plan, files: dict[str, str]) -> str:
+    """manifest.json's text."""
+    return manifest_of(plan, files).text()
 
 
 def render_point(plan: Plan, env: jinja2.Environment | None = None, sbatch: bool = False) -> dict[str, str]:

@@ -133,7 +133,7 @@ def build_points(args, verb: str, sbatch: bool = False):
                     None, hint=f"compile again with them, or {verb} the spec itself")  # fmt: skip
     points = find_points(target)
     if args.target:
-        points = [p for p in points if p.manifest["target"] in args.target]
+        points = [p for p in points if p.manifest.target in args.target]
         if not points:
             raise error(f"no build point for target {', '.join(args.target)} under '{target}'", None)
     return points

@@ -83,10 +83,10 @@ def _time(args, point) -> list[str]:
     explicit --time, or the spec's slurm.time, wins."""
     from ..codegen.launchers import trials_time
 
-    if args.time is not None or args.repeat is None or (point.plan.get("slurm") or {}).get("time"):
+    plan = point.manifest.plan
+    if args.time is not None or args.repeat is None or plan.slurm_time:
         return []
-    measure = point.plan.get("measure") or {}
-    return [f"--time={trials_time(args.repeat, measure.get('timeout_s', 3600.0))}"]
+    return [f"--time={trials_time(args.repeat, plan.timeout_s)}"]
 
 
 def _points(args):
@@ -118,7 +118,7 @@ def submit(args) -> int:
     submitted: set[str] = set()
     with Store(args.db) as store:
         for point in points:
-            trials = args.repeat or point.plan.get("measure", {}).get("repeat", 1)
+            trials = args.repeat or point.manifest.plan.repeat
             sbatch_options = [*options, *_time(args, point)]
             job_id, run_ids = jobs.submit_point(store, point, trials=trials, options=sbatch_options, env=env,
                                                 cluster=cluster, environment=environment())  # fmt: skip
@@ -147,6 +147,7 @@ def _follow(store: Store, run_ids: set[str] | None) -> int:
 
 def _table(records) -> None:
     from ..catalog.metrics import headline
+    from ..manifest import ManifestPlan
 
     if not records:
         _say("no submitted runs")
@@ -154,7 +155,7 @@ def _table(records) -> None:
     rows = [("run", "job", "state", "experiment", "target", "point", "trial", "status", "result")]
     for r in records:
         if r.status == "ok" and r.metrics:
-            result = headline(r.metrics, ((r.plan or {}).get("measure") or {}).get("metric"))
+            result = headline(r.metrics, ManifestPlan.read(r.plan).metric)
             hosts = r.metrics.get("hosts")
             if hosts:
                 result += f" on {len(hosts)} host{'s' if len(hosts) > 1 else ''}"

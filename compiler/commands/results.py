@@ -119,6 +119,7 @@ def _listed(r) -> tuple[str, str]:
     """(status, result) of a run as `runs` lists it; a row whose plan or metrics cannot be read
     (written by an earlier benchc, or edited) is listed as invalid, with the reason."""
     from ..catalog.metrics import headline
+    from ..manifest import ManifestPlan
     from ..results.plans import stored_plan_problem
 
     problem = stored_plan_problem(r.plan)
@@ -130,7 +131,7 @@ def _listed(r) -> tuple[str, str]:
             not isinstance(r.metrics.get(key), (dict, type(None))) for key in sections
         ):
             return "invalid", "invalid metrics in the store"
-        return r.status, headline(r.metrics, ((r.plan or {}).get("measure") or {}).get("metric"))
+        return r.status, headline(r.metrics, ManifestPlan.read(r.plan).metric)
     queued = r.status in ("pending", "running") and r.job_id
     return r.status, f"job {r.job_id} {r.job_state}" if queued else (r.cause or "")[:60]
 

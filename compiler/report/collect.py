@@ -5,6 +5,10 @@ spec does not blend into a new one. Each section follows its spec's headline met
 (measure.metric); ratios compare each target with the baseline target at the same point and
 read as "x better" whichever way the metric runs. Every published reference of the spec is
 placed beside its row, or listed with the reason it was not.
+
+Stored plans are read as the store keeps them: each is checked with the stored plans' schema
+(results/plans.py: nothing required, as an earlier benchc kept fewer fields), and one that
+passes is read with ManifestPlan.read (compiler/manifest.py), which gives what it lacks as none.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from dataclasses import replace
 
 from ..catalog.metrics import Metric, metric_of, unit_of, value_of
 from ..figures import normal_unit
+from ..manifest import ManifestPlan, Published
 from ..records import frozen
 from ..results.manifests import HOW_TO_GIVE_ONE
 from ..results.metrics import validation_problems
@@ -182,9 +187,9 @@ def _knobs(metrics: dict) -> dict | None:
     return {str(k): v for k, v in detail.items() if isinstance(v, str)}
 
 
-def _applying(plan: dict) -> set[str]:
+def _applying(plan: ManifestPlan) -> set[str]:
     """The labels of the references the spec's `where` matched for this point (lowering)."""
-    return {str(ref.get("label")) for ref in plan.get("references") or [] if isinstance(ref, dict)}
+    return {str(ref.label) for ref in plan.references}
 
 
 def _ratio(row: Row, base: dict, metric: Metric) -> float | None:
@@ -196,37 +201,39 @@ def _ratio(row: Row, base: dict, metric: Metric) -> float | None:
     return b / row.headline.median if metric.lower_is_better else row.headline.median / b
 
 
-def _place_references(rows: list[Row], plans: dict[tuple, dict]) -> tuple[list[Row], list[tuple[str, str]]]:
+def _place_references(
+    rows: list[Row], plans: dict[tuple, ManifestPlan]
+) -> tuple[list[Row], list[tuple[str, str]]]:
     """Put each declared reference beside the row it is for, or say why it is not there:
     its target has no run here, its `where` matches no point that ran, or its unit is
     neither the headline's nor the headline's per device."""
-    declared: dict[str, dict] = {}
+    declared: dict[str, Published] = {}
     for plan in plans.values():
-        for ref in plan.get("declared_references") or plan.get("references") or []:
-            if isinstance(ref, dict) and {"label", "value", "unit"} <= set(ref):
-                declared.setdefault(str(ref["label"]), ref)
+        for ref in plan.declared_references or plan.references:
+            if None not in (ref.label, ref.value, ref.unit):
+                declared.setdefault(str(ref.label), ref)
     placed: dict[tuple, list[Reference]] = defaultdict(list)
     unplaced = []
     for label, ref in sorted(declared.items()):
-        target = ref.get("target")
+        target = ref.target
         candidates = [r for r in rows if target is None or r.target == target]
         if not candidates:
             unplaced.append((label, f"no run of target {target} in this report"))
             continue
         matching = [r for r in candidates if label in _applying(plans[(r.point, r.target)])]
         if not matching:
-            where = ", ".join(f"{k} = {v}" for k, v in (ref.get("where") or {}).items()) or "(none)"
+            where = ", ".join(f"{k} = {v}" for k, v in (ref.where or {}).items()) or "(none)"
             points = ", ".join(sorted({r.point for r in candidates}))
             unplaced.append((label, f"where {where} matches no point that ran on {target} ({points})"))
             continue
-        unit, headline = normal_unit(ref["unit"]), normal_unit(matching[0].headline_unit)
+        unit, headline = normal_unit(ref.unit), normal_unit(matching[0].headline_unit)
         if unit not in (headline, f"{headline} per device"):
-            unplaced.append((label, f'its unit "{ref["unit"]}" is neither the report\'s '
+            unplaced.append((label, f'its unit "{ref.unit}" is neither the report\'s '
                                     f'"{matching[0].headline_unit}" nor that per device'))  # fmt: skip
             continue
         for row in matching:
             placed[(row.point, row.target)].append(
-                Reference(ref["value"], ref["unit"], label, ref.get("source"), unit != headline)
+                Reference(ref.value, ref.unit, label, ref.source, unit != headline)
             )
     rows = [replace(r, references=tuple(placed.get((r.point, r.target), ()))) for r in rows]
     return rows, unplaced
@@ -244,18 +251,16 @@ def sections(runs: list[RunRecord], baseline: str | None = None) -> list[Section
             grouped[key].append(run)
     by_section: dict[tuple, list[Row]] = defaultdict(list)
     failures: dict[tuple, list[RunRecord]] = defaultdict(list)
-    plans: dict[tuple, dict[tuple, dict]] = defaultdict(dict)
+    plans: dict[tuple, dict[tuple, ManifestPlan]] = defaultdict(dict)
     metrics: dict[tuple, str | None] = {}
     for (experiment, smoke, point, target), trials in grouped.items():
         trials = [_checked(t) for t in trials]
         failures[(experiment, smoke)] += [t for t in trials if t.status != "ok"]
-        plan = trials[-1].plan or {}
-        metrics[(experiment, smoke)] = (plan.get("measure") or {}).get("metric") or metrics.get(
-            (experiment, smoke)
-        )
+        plan = ManifestPlan.read(trials[-1].plan)  # checked above: None where it did not pass
+        metrics[(experiment, smoke)] = plan.metric or metrics.get((experiment, smoke))
         row = _row(trials, metric_of(metrics[(experiment, smoke)]))
         if row is not None:
-            line = plan.get("roofline") if isinstance(plan.get("roofline"), dict) else None
+            line = plan.roofline
             why = row.no_roofline if line else _no_roofline(trials[-1])
             row = replace(row, roofline=line, no_roofline=why)
             by_section[(experiment, smoke)].append(row)
@@ -271,9 +276,9 @@ def sections(runs: list[RunRecord], baseline: str | None = None) -> list[Section
         base = {r.point: r.headline.median for r in rows if r.target == chosen}
         rows = [replace(r, ratio=_ratio(r, base, metric)) for r in rows]
         points = tuple(dict.fromkeys(r.point for r in rows))
-        priced = [p.get("prices") for p in plans.get(key, {}).values() if isinstance(p.get("prices"), dict)]
-        described = [p["description"] for p in plans.get(key, {}).values()
-                     if isinstance(p.get("description"), str) and p["description"].strip()]  # fmt: skip
+        priced = [p.prices for p in plans.get(key, {}).values() if p.prices is not None]
+        described = [p.description for p in plans.get(key, {}).values()
+                     if p.description and p.description.strip()]  # fmt: skip
         result.append(Section(experiment, smoke, metric, chosen, points, targets, tuple(rows),
                               tuple(failures.get(key, [])), tuple(unplaced),
                               priced[-1] if priced else None,

@@ -138,7 +138,7 @@ def _store_one(store: Store, item: Loaded, again: bool) -> Ingested:
     status, cause = outcome(metrics)
     environment = {"host": metrics.get("host"), "hosts": metrics.get("hosts"),
                    "ingested_from": str(path.resolve())}  # fmt: skip
-    build = item.build or Build(None, None, None)
+    build = item.build or Build(None, None)
     if build.no_plan:
         environment["no_plan"] = build.no_plan
     series = None if again else job_series(metrics)

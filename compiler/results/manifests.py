@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..diagnostics import BenchError
+from ..manifest import Manifest
 from ..records import frozen
-from ..runner.manifest import manifest_problem
 from .untrusted_json import read_json_file
 
 HOW_TO_GIVE_ONE = ("to keep its plan, ingest a metrics file with its build point's manifest.json beside it "
@@ -20,11 +20,18 @@ HOW_TO_GIVE_ONE = ("to keep its plan, ingest a metrics file with its build point
 
 @frozen
 class Build:
-    """What an ingested run keeps of its build."""
+    """What an ingested run keeps of its build: its manifest, or why it has none."""
 
-    plan: dict | None
-    spec_path: str | None
+    manifest: Manifest | None
     no_plan: str | None  # why there is no plan; None where there is one
+
+    @property
+    def plan(self) -> dict | None:
+        return self.manifest.plan.raw if self.manifest else None
+
+    @property
+    def spec_path(self) -> str | None:
+        return self.manifest.spec_path if self.manifest else None
 
 
 def _candidates(path: Path) -> tuple[Path, Path]:
@@ -39,29 +46,29 @@ def manifest_near(path: Path, metrics: dict, read: dict | None = None) -> Build:
     found = next((candidate for candidate in _candidates(path) if candidate.exists()), None)
     if found is None:
         beside, above = _candidates(path)
-        return Build(None, None, f"no build manifest was found when its metrics were ingested, neither "
-                                 f"'{beside}' nor '{above}'; {HOW_TO_GIVE_ONE}")  # fmt: skip
+        return Build(None, f"no build manifest was found when its metrics were ingested, neither "
+                           f"'{beside}' nor '{above}'; {HOW_TO_GIVE_ONE}")  # fmt: skip
     read = {} if read is None else read
     if found not in read:
         read[found] = _checked(found)
-    data, refusal = read[found]
+    manifest, refusal = read[found]
     if refusal:
-        return Build(None, None, refusal)
-    names = ("experiment", "target")  # a point's name may differ (a sweep fixed by --set is "default")
-    if any(data[key] != metrics[key] for key in names):
-        theirs = " / ".join(data[key] for key in names)
-        return Build(None, None, f"the build manifest '{found}' is of {ascii(theirs)}, not of this run")
-    return Build(data["plan"], data["spec"]["path"], None)
+        return Build(None, refusal)
+    # a point's name may differ (a sweep fixed by --set is "default")
+    if (manifest.experiment, manifest.target) != (metrics["experiment"], metrics["target"]):
+        theirs = f"{manifest.experiment} / {manifest.target}"
+        return Build(None, f"the build manifest '{found}' is of {ascii(theirs)}, not of this run")
+    return Build(manifest, None)
 
 
-def _checked(found: Path) -> tuple[dict | None, str | None]:
+def _checked(found: Path) -> tuple[Manifest | None, str | None]:
     """(the manifest, None), or (None, why it cannot give its plan)."""
     try:
         data, _ = read_json_file(found, "build manifest")
     except BenchError as exc:
         reason = exc.diagnostics[0].message[:200]
         return None, f"its build manifest '{found}' could not be read at ingest ({reason})"
-    problem = manifest_problem(data)
-    if problem:
-        return None, f"its build manifest '{found}' was refused at ingest ({problem})"
-    return data, None
+    manifest = Manifest.from_json(data)
+    if isinstance(manifest, str):
+        return None, f"its build manifest '{found}' was refused at ingest ({manifest})"
+    return manifest, None

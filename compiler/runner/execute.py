@@ -17,11 +17,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..diagnostics import BenchError, error
+from ..manifest import Manifest
 from ..records import frozen
 from ..results.metrics import load_metrics
 from ..results.untrusted_json import read_json_file
 from .interrupts import Terminated
-from .manifest import read_manifest
+from .manifest import load_manifest
 from .processes import MARKER, stop
 
 LOG_TAIL_LINES = 40
@@ -30,24 +31,11 @@ LOG_TAIL_LINES = 40
 @frozen
 class BuildPoint:
     path: Path
-    manifest: dict
-
-    @property
-    def plan(self) -> dict:
-        return self.manifest.get("plan") or {}
+    manifest: Manifest
 
     @property
     def label(self) -> str:
-        m = self.manifest
-        return f"{m['experiment']} / {m['target']} / {self.path.name}"
-
-    @property
-    def nodes(self) -> int:
-        return int((self.plan.get("cluster") or {}).get("nodes", 1))
-
-    @property
-    def family(self) -> str:
-        return (self.plan.get("target") or {}).get("family", "cpu")
+        return f"{self.manifest.experiment} / {self.manifest.target} / {self.path.name}"
 
 
 @frozen
@@ -70,8 +58,7 @@ def find_points(path: Path) -> list[BuildPoint]:
     )  # fmt: skip
     points = []
     for manifest_path in manifests:
-        manifest = read_manifest(manifest_path)
-        points.append(BuildPoint(manifest_path.parent, manifest))
+        points.append(BuildPoint(manifest_path.parent, load_manifest(manifest_path)))
     if not points:
         raise error(f"no build points (folders with manifest.json) under '{path}'", None,
                     hint="compile one first: benchc compile SPEC -o DIR")  # fmt: skip
@@ -99,11 +86,11 @@ def execute(point: BuildPoint, run_dir: Path, timeout_s: float, on_line: Callabl
     log_path = run_dir / "log.txt"
     # The interpreter running benchc runs the program unless PYTHON says otherwise.
     env = {"PYTHON": sys.executable, **os.environ, "PYTHONUNBUFFERED": "1"}
-    nodes = point.nodes
+    nodes = point.manifest.plan.nodes
     if nodes > 1:
         env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RDZV_ID=run_dir.name)
         # every node's launcher sees all of this machine's cores: share them among all ranks
-        world = int((point.plan.get("cluster") or {}).get("world_size", nodes))
+        world = point.manifest.plan.world_size
         env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // world)))
         for name in ("SLURM_JOB_NODELIST", "SLURM_JOB_NUM_NODES", "SLURM_JOB_ID"):
             env.pop(name, None)  # this machine is every node, whatever allocation benchc is in

@@ -31,9 +31,9 @@ def environment() -> dict:
 def refuse_clusters(points) -> None:
     """`run` runs on this machine: the nodes of a cpu plan all run here (over loopback); the
     nodes of an accelerator plan cannot, and are said so before anything starts."""
-    remote = [p for p in points if p.nodes > 1 and p.family != "cpu"]
+    remote = [p for p in points if p.manifest.plan.nodes > 1 and p.manifest.plan.family != "cpu"]
     if remote:
-        names = ", ".join(f"{p.label} ({p.nodes} nodes)" for p in remote[:3])
+        names = ", ".join(f"{p.label} ({p.manifest.plan.nodes} nodes)" for p in remote[:3])
         raise error(
             f"benchc run runs one machine; these points span several nodes: {names}",
             None,
@@ -41,8 +41,9 @@ def refuse_clusters(points) -> None:
             "node (docs/clusters.md)",
         )
     for p in points:
-        if p.nodes > 1:
-            print(f"  {p.label}: {p.nodes} nodes, each a launcher on this machine (c10d over loopback)")
+        if p.manifest.plan.nodes > 1:
+            print(f"  {p.label}: {p.manifest.plan.nodes} nodes, each a launcher on this machine "
+                  "(c10d over loopback)")  # fmt: skip
 
 
 def run_points(points, store: Store, repeat: int | None, timeout: float | None) -> int:
@@ -64,32 +65,27 @@ def _trials(points, store: Store, repeat_flag: int | None, timeout_flag: float |
 
     tally: dict[str, int] = {}
     for point in points:
-        plan = point.plan
-        repeat = repeat_flag or plan.get("measure", {}).get("repeat", 1)
-        timeout = timeout_flag or plan.get("measure", {}).get("timeout_s", 3600.0)
+        manifest, plan = point.manifest, point.manifest.plan
+        repeat = repeat_flag or plan.repeat
+        timeout = timeout_flag or plan.timeout_s
         series = new_id()
-        workload = plan.get("workload", {})
         for trial in range(1, repeat + 1):
-            manifest = point.manifest
             run_id = new_id()
             run_dir = point.path / "runs" / run_id
             with signals_held():
                 store.start(
-                    run_id=run_id, experiment=manifest["experiment"], target=manifest["target"],
-                    point=manifest["point"], point_values=plan.get("point_values", {}),
-                    smoke=bool(manifest.get("smoke")), spec_path=manifest["spec"]["path"],
-                    spec_sha256=manifest["spec"]["sha256"], build_path=str(point.path.resolve()),
-                    log_path=str((run_dir / "log.txt").resolve()), environment=environment(),
-                    plan=plan, series=series, trial=trial,
+                    run_id=run_id, experiment=manifest.experiment, target=manifest.target,
+                    point=manifest.point, point_values=plan.point_values, smoke=manifest.smoke,
+                    spec_path=manifest.spec_path, spec_sha256=manifest.spec_sha256,
+                    build_path=str(point.path.resolve()), log_path=str((run_dir / "log.txt").resolve()),
+                    environment=environment(), plan=plan.raw, series=series, trial=trial,
                 )  # fmt: skip
             label = f"{point.label} [{trial}/{repeat}]"
-            metric = plan.get("measure", {}).get("metric", "")
-            sequences = workload.get("global_batch") or workload.get("batch") or 0
-            items = sequences * (workload.get("seq_len") or workload.get("output_tokens") or 1)  # per step
+            metric = plan.metric or ""
             outcome = Outcome("unknown", "benchc stopped before the run ended", None, None, "", 0.0)
             try:
                 unit = METRICS[metric].throughput_unit if metric in METRICS else metric
-                with Progress(label, items or None, unit) as progress:
+                with Progress(label, plan.items_per_step, unit) as progress:
                     outcome = execute(point, run_dir, timeout, progress.line)
             except KeyboardInterrupt:  # between the trial's start and its launch
                 outcome = Outcome("interrupted", "interrupted by the user (Ctrl-C)", None, None, "", 0.0)
