@@ -10,7 +10,7 @@ from pathlib import Path
 from benchc.codegen.points import render_point
 from benchc.pipeline import plan_spec
 
-from conftest import REPO
+from helpers import REPO
 
 S1 = Path("specs/sd3.bench")  # relative, as a user types it: the path is part of the output
 

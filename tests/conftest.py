@@ -1,84 +1,39 @@
-"""Shared helpers: repository paths and running the benchc CLI in-process or as a subprocess."""
+"""Fixtures shared by the tests, and the `integration` mark of tests in modules that do not
+mark themselves. Helpers (paths, running benchc) are in tests/helpers/."""
 
 from __future__ import annotations
 
-import io
-import os
-import subprocess
-import sys
-from contextlib import redirect_stderr, redirect_stdout
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-SPECS = REPO / "specs"
-BAD = Path(__file__).resolve().parent / "bad"
-GOLDEN = Path(__file__).resolve().parent / "golden"
+# Integration tests (they start processes or take over ~1 s) of modules that carry no
+# `pytestmark` or `@pytest.mark.integration` of their own: a module's every test (None), or the
+# tests of these names. A module that marks its tests itself needs no entry here.
+INTEGRATION: dict[str, set[str] | None] = {
+    "test_launchers.py": None,  # bash, shellcheck and torchrun on generated launchers
+    "test_run_command.py": None,  # `benchc run` and the store through real processes
+    "test_codegen.py": {
+        "test_compile_never_imports_torch",  # a fresh interpreter
+        "test_generated_programs_are_formatted_and_lint_clean",  # ruff on each program
+    },
+}
 
 
-@dataclass
-class Result:
-    code: int
-    out: str
-    err: str
-
-
-def run_cli(*args: str, cwd: Path | None = None) -> Result:
-    """Run `benchc ARGS` in this process (fast); cwd is changed for the call if given."""
-    from benchc.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    previous = os.getcwd()
-    try:
-        if cwd is not None:
-            os.chdir(cwd)
-        with redirect_stdout(out), redirect_stderr(err):
-            try:
-                code = main(list(args))
-            except SystemExit as exc:  # argparse errors
-                code = exc.code if isinstance(exc.code, int) else 2
-    finally:
-        os.chdir(previous)
-    return Result(code, out.getvalue(), err.getvalue())
-
-
-def run_benchc(*args: str, cwd: Path | None = None, env: dict | None = None) -> Result:
-    """Run `python -m benchc ARGS` as a real process (exit codes, tracebacks, imports)."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchc", *args],
-        cwd=cwd or REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, **(env or {})},
-    )
-    return Result(proc.returncode, proc.stdout, proc.stderr)
-
-
-def free_port() -> int:
-    """A TCP port free on loopback now (for a rendezvous between launchers)."""
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-HEAVY = ("torch", "diffusers", "transformers", "accelerate", "numpy", "matplotlib")
-
-
-def heavy_modules_imported_by(*commands: list[str]) -> list[str]:
-    """Run benchc commands in a fresh interpreter; the heavy libraries they imported."""
-    code = (
-        "import sys; from benchc.cli import main\n"
-        f"rc = 0\nfor args in {list(commands)!r}:\n    rc |= main(args)\n"
-        f"print(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r}))\nsys.exit(rc)"
-    )
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    return eval(proc.stdout.strip().splitlines()[-1])  # a list literal printed by the child
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marks
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        names = INTEGRATION.get(item.path.name, set())
+        if names is None or getattr(item, "originalname", item.name) in names:
+            item.add_marker(pytest.mark.integration)
+        module = getattr(item, "module", None)
+        if names and module is not None:
+            missing = sorted(name for name in names if not hasattr(module, name))
+            if missing:
+                raise pytest.UsageError(
+                    f"tests/conftest.py INTEGRATION names tests that {item.path.name} no longer has: "
+                    f"{', '.join(missing)}"
+                )
 
 
 @pytest.fixture

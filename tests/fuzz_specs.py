@@ -6,8 +6,9 @@ specs include (common/sd3-mmdit-train.bench, possibly mangled too), and the opti
 front end (`--set`, `--target`, `--smoke`). Valid specs follow docs/language.md: each model
 kind with its workload, every settings block, `on TARGET`, `reference`, sweeps, dotted keys,
 `;` separators, comments and trailing commas. Mutations are the edits a hand, a generator or a
-broken transfer makes: deleted, duplicated and swapped lines and tokens, random bytes and
-unicode, deep nesting, huge numbers, very long lines and names, CRLF, a BOM, NUL bytes.
+broken transfer makes: deleted, duplicated and swapped lines and tokens, deleted and replaced
+characters (typos), random bytes and unicode, deep nesting, huge numbers, very long lines and
+names, CRLF, a BOM, NUL bytes.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 
 from hypothesis import strategies as st
 
-from conftest import SPECS
+from helpers import SPECS
 
 FRAGMENT_NAME = "common/sd3-mmdit-train.bench"  # what sd3.bench and sd3-scale.bench include
 FRAGMENT = (SPECS / FRAGMENT_NAME).read_bytes()
@@ -503,6 +504,33 @@ VOCABULARY = [
     b'include "common"',
     b"adamw(lr = 1e-4)",
     b"sweep train.batch = [1, 2]",
+    # keys, values and names of the settings, so that a soup or an edit reaches their rules
+    b"e",
+    b"steps",
+    b"warmup",
+    b"preset",
+    b"depth",
+    b"devices_per_node",
+    b"tensor",
+    b"data",
+    b"target",
+    b"value",
+    b"unit",
+    b"optimizer",
+    b"adamw",
+    b"lr",
+    b"global_batch",
+    b"grad_accum",
+    b"resolution",
+    b"heads",
+    b"precision",
+    b"bf16",
+    b"fp16",
+    b"kv_heads",
+    b"sharding",
+    b"zero3",
+    b'"sd3-medium"',
+    b'"base.bench"',
     b"\n",
     b"# comment\n",
     b"//",
@@ -638,6 +666,26 @@ def insert_token(draw, data):
     tokens = _tokens(data)
     tokens.insert(draw(st.integers(0, len(tokens))), b" " + draw(st.sampled_from(VOCABULARY)) + b" ")
     return b"".join(tokens)
+
+
+def delete_character(draw, data):
+    """One byte gone, even inside a word or a number: `experment`, `batc = 2`, `1e` for `1e3`."""
+    if not data:
+        return data
+    at = draw(st.integers(0, len(data) - 1))
+    return data[:at] + data[at + 1 :]
+
+
+EDIT_CHARACTERS = list(b'{}[]()=,;."0123456789abc \n')
+
+
+def replace_character(draw, data):
+    """One byte replaced by punctuation, a digit, a letter or a space: a misspelt key, another
+    number, an unbalanced bracket, an unclosed string."""
+    if not data:
+        return data
+    at = draw(st.integers(0, len(data) - 1))
+    return data[:at] + bytes([draw(st.sampled_from(EDIT_CHARACTERS))]) + data[at + 1 :]
 
 
 def insert_bytes(draw, data):
@@ -858,6 +906,8 @@ MUTATIONS = (
     swap_tokens,
     replace_token,
     insert_token,
+    delete_character,
+    replace_character,
     insert_bytes,
     insert_unicode,
     deep_nesting,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from conftest import REPO, run_cli
+from helpers import REPO, run_cli
 
 WORKLOADS = {  # spec: experiment
     "sd3.bench": "sd3_mmdit_train",

@@ -16,7 +16,7 @@ from pathlib import Path
 from benchc.codegen.build import compile_plans
 from benchc.pipeline import plan_spec
 
-from conftest import SPECS
+from helpers import SPECS
 
 LAUNCHER = '#!/usr/bin/env bash\nset -euo pipefail\ncd "$(dirname "$0")"\nexec "$PYTHON" bench.py "$@"\n'
 

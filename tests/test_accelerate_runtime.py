@@ -28,7 +28,7 @@ from test_launchers import dry_run
 
 from benchc.results.store import Store
 
-from conftest import REPO, run_cli
+from helpers import REPO, run_cli
 
 BF16 = ["train.precision=bf16"]  # S4 asks for fp16, which accelerate cannot run on the CPU
 VARIANTS = [  # (spec, target, overrides)
@@ -161,6 +161,7 @@ def launch_args(argv: list[str]):
     return launch_command_parser().parse_args(argv[3:])
 
 
+@pytest.mark.integration
 def test_launchers_follow_accelerates_conventions_and_parse(tmp_path):
     try:
         ensure({"scontrol": "slurm-client", "shellcheck": "shellcheck"})
@@ -222,6 +223,7 @@ def store_runs(db: Path):
         return store.runs()
 
 
+@pytest.mark.integration
 def test_s1_runs_under_both_runtimes_and_the_report_sets_them_side_by_side(tmp_path):
     """The issue's acceptance: `benchc run specs/sd3.bench --target cpu --smoke --set
     runtime=accelerate` passes (2 nodes x 1 on loopback: accelerate launch's multi-node
@@ -253,6 +255,7 @@ def test_s1_runs_under_both_runtimes_and_the_report_sets_them_side_by_side(tmp_p
         assert "x torch (throughput" in line and "step p50" in line, line
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("sharding, detail", [("fsdp", ("FSDP", "FSDPLlamaForCausalLM")),
                                               ("zero3", ("DEEPSPEED", "DeepSpeedEngine"))])  # fmt: skip
 def test_s4_trains_under_accelerates_fsdp_and_deepspeed_plugins(tmp_path, sharding, detail):
@@ -274,6 +277,7 @@ def test_s4_trains_under_accelerates_fsdp_and_deepspeed_plugins(tmp_path, shardi
     assert losses[-1] < losses[0], losses  # it learns
 
 
+@pytest.mark.integration
 def test_a_sweep_over_both_runtimes_is_reported_side_by_side(tmp_path):
     """`sweep runtime = [torch, accelerate]`: one point per runtime, each with the runtime in its
     name and values; the report pairs them (metrics as the two programs write them)."""

@@ -13,7 +13,7 @@ import pytest
 
 from benchc import cache
 
-from conftest import REPO, SPECS
+from helpers import REPO, SPECS
 
 SPEC = SPECS / "sd3.bench"  # every target: all templates but the inference ones
 INFER = SPECS / "beluga-infer.bench"
@@ -53,6 +53,7 @@ compile_plans(plan_spec({spec!r}).plans, Path({out!r}))
 """
 
 
+@pytest.mark.integration
 def test_a_second_process_reads_the_parser_and_templates_from_the_cache(tmp_path):
     folder = tmp_path / "cache"
     reference = _compile(tmp_path, tmp_path / "off", "off")
@@ -70,6 +71,7 @@ def test_a_second_process_reads_the_parser_and_templates_from_the_cache(tmp_path
     assert _python(tmp_path, "off", code).returncode != 0
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("damage", [b"", b"\x80\x05garbage", b"not a pickle at all" * 100])
 def test_a_damaged_cache_entry_is_rebuilt_and_the_output_is_unchanged(tmp_path, damage):
     folder = tmp_path / "cache"
@@ -86,6 +88,7 @@ def test_a_damaged_cache_entry_is_rebuilt_and_the_output_is_unchanged(tmp_path, 
     assert proc.returncode == 0, proc.stderr
 
 
+@pytest.mark.integration
 def test_the_cache_disabled_writes_nothing_anywhere(tmp_path):
     for spec in (SPEC, INFER):
         _compile(tmp_path, tmp_path / "out" / spec.stem, "off", spec)
@@ -93,6 +96,7 @@ def test_the_cache_disabled_writes_nothing_anywhere(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
+@pytest.mark.integration
 def test_a_cache_folder_that_cannot_be_made_is_ignored(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
@@ -101,6 +105,7 @@ def test_a_cache_folder_that_cannot_be_made_is_ignored(tmp_path):
     assert blocker.read_text() == "not a folder"
 
 
+@pytest.mark.integration
 def test_the_output_is_identical_with_and_without_the_cache(tmp_path):
     folder = str(tmp_path / "cache")
     for spec in sorted(SPECS.glob("*.bench")):

@@ -22,7 +22,7 @@ from benchc.checkpoints.tensors import (
     read_safetensors_header,
 )
 
-from conftest import HEAVY, REPO
+from helpers import HEAVY, REPO
 
 LLAMAS = {
     "grouped-query": dict(hidden=64, layers=2, heads=4, kv_heads=2, head_dim=16, intermediate=96, vocab=128),
@@ -306,6 +306,7 @@ def test_compare_truncates_each_category_in_natural_order():
     assert len(compare_tensors(expected, found, shown=20)) == 12 + 7 + 3
 
 
+@pytest.mark.integration
 def test_the_module_imports_no_heavy_library():
     code = (
         "import sys, benchc.checkpoints.tensors\n"

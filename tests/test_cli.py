@@ -7,7 +7,9 @@ import re
 import subprocess
 import sys
 
-from conftest import REPO, SPECS, heavy_modules_imported_by, run_benchc, run_cli
+import pytest
+
+from helpers import REPO, SPECS, heavy_modules_imported_by, run_benchc, run_cli
 
 ALL_SPECS = sorted(str(p.relative_to(REPO)) for p in SPECS.glob("*.bench"))
 
@@ -71,6 +73,7 @@ def test_usage_errors_exit_2():
     assert unknown.code == 2 and "invalid choice: 'frobnicate'" in unknown.err
 
 
+@pytest.mark.integration
 def test_real_process_exit_codes_and_no_traceback():
     ok = run_benchc("check", *ALL_SPECS)
     assert ok.code == 0, ok.err
@@ -80,11 +83,13 @@ def test_real_process_exit_codes_and_no_traceback():
     assert missing.code == 2 and "no such file" in missing.err
 
 
+@pytest.mark.integration
 def test_check_and_plan_never_import_torch():
     commands = [["plan", "specs/sd3.bench", "--json"], ["check", "specs/beluga-train.bench", "--smoke"]]
     assert heavy_modules_imported_by(*commands) == []
 
 
+@pytest.mark.integration
 def test_importtime_of_check_shows_no_torch():
     proc = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "benchc", "check", "specs/sd3.bench"],
@@ -96,6 +101,7 @@ def test_importtime_of_check_shows_no_torch():
     assert not {m for m in imported if m.split(".")[0] == "torch"}
 
 
+@pytest.mark.integration
 def test_a_reader_that_leaves_early_does_not_turn_errors_into_success():
     """`benchc check bad.bench 2>&1 | head -1`: the status stays 2 however early head leaves."""
     for _ in range(5):
@@ -128,6 +134,7 @@ def test_the_same_spec_compiles_to_the_same_bytes_from_any_folder(tmp_path):
     assert files and all((first / f).read_bytes() == (second / f).read_bytes() for f in files)
 
 
+@pytest.mark.integration
 def test_each_command_builds_only_its_group_and_help_lists_every_command(tmp_path):
     import importlib
 

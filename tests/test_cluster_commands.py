@@ -10,11 +10,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from scripted_points import ok_metrics, scripted_point
 
 from benchc.results.store import Store
 
-from conftest import REPO
+from helpers import REPO
+
+pytestmark = pytest.mark.integration
 
 
 def benchc(*args: str, db: Path, env: dict | None = None) -> subprocess.CompletedProcess:

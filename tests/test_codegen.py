@@ -14,7 +14,7 @@ from codegen_helpers import core_text, s1_files, spec_files
 
 from benchc.codegen.literals import literal, string_literal
 
-from conftest import GOLDEN, REPO, heavy_modules_imported_by, run_cli
+from helpers import GOLDEN, REPO, heavy_modules_imported_by, run_cli
 
 PROGRAMS = GOLDEN / "programs"
 UPDATE = os.environ.get("BENCHC_UPDATE_GOLDEN") == "1"

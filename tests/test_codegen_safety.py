@@ -116,6 +116,7 @@ experiment safety {{
 """
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("target", ["cpu", "h100", "gaudi2"])
 def test_point_names_from_string_sweeps_reach_shell_files_as_safe_words(tmp_path, checkpoint, target):
     """A swept string names the point, which the shell files print (a comment, the job name,

@@ -22,7 +22,7 @@ from benchc.codegen.environment import environment
 from benchc.codegen.programs import render_program
 from benchc.pipeline import plan_spec
 
-from conftest import SPECS
+from helpers import SPECS
 
 VARIANTS = [
     ("h100", []),
@@ -143,6 +143,7 @@ def test_keyword_arguments_passed_through_tables_and_dicts_exist(target, overrid
     assert set(args) <= set(inspect.signature(torch.optim.AdamW.__init__).parameters)
 
 
+@pytest.mark.integration
 def test_habana_symbols_are_exactly_the_allow_list():
     used = set()
     for target, overrides in VARIANTS:

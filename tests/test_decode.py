@@ -17,7 +17,7 @@ from program_helpers import FrameCounter, compile_point, load_program
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from conftest import REPO, run_cli
+from helpers import REPO, run_cli
 
 ONE_DEVICE = ("parallel.tensor=1", "infer.precision=fp32")
 
@@ -37,6 +37,7 @@ class ShapeRecorder(TorchDispatchMode):
         return out
 
 
+@pytest.mark.integration
 def test_generation_attends_to_grouped_heads_without_repeating_the_cache(tmp_path):
     """S5's grouped-query attention (model_llama.py.j2's grouped_sdpa, registered through
     transformers' attention interface): decoding with a static cache creates no tensor of the
@@ -91,6 +92,7 @@ def probe(tmp_path, tier: str) -> tuple[dict, dict, dict]:
     return json.loads(metrics_path.read_text()), json.loads(counts_path.read_text()), plan
 
 
+@pytest.mark.integration
 def test_tuned_decoding_waits_for_the_device_at_no_token_and_plain_generate_at_every_one(tmp_path):
     """The timed calls alternate a one-token call and a full call (TTFT, then TPOT from the
     rest). Tuned (benchc's loop): no host sync in any of them. Plain (transformers'
@@ -114,6 +116,7 @@ def test_tuned_decoding_waits_for_the_device_at_no_token_and_plain_generate_at_e
         assert metrics["status"] == "ok" and metrics["generation"]["tpot_s"] > 0
 
 
+@pytest.mark.integration
 def test_the_decode_step_compiles_whole_once_for_all_tokens(tmp_path):
     """The loop's decode step under torch.compile (fullgraph: a graph break would fail): one
     graph, traced once and reused for every token (the position is a device tensor, so no

@@ -8,7 +8,7 @@ from benchc.catalog.presets import PRESETS
 from benchc.catalog.targets import TARGETS
 from benchc.validate.schema import schema
 
-from conftest import REPO
+from helpers import REPO
 
 DOC = (REPO / "docs" / "language.md").read_text()
 CODE_SPANS = re.findall(r"`([^`\n]+)`", DOC)
@@ -106,7 +106,7 @@ def test_manifests_name_the_tested_versions_of_constraints_txt(tmp_path):
         if line and not line.startswith("#")
     )  # fmt: skip
     assert {name: pinned[name] for name in TESTED} == TESTED
-    from conftest import run_cli
+    from helpers import run_cli
 
     assert run_cli("compile", "specs/sd3.bench", "-t", "gaudi2", "-o", str(tmp_path), cwd=REPO).code == 0
     manifest = json.loads((tmp_path / "sd3_mmdit_train/gaudi2/batch-16/manifest.json").read_text())

@@ -18,7 +18,7 @@ from benchc.pipeline import plan_spec
 from benchc.plan.memory import estimate_memory, kv_cache, parameters
 from benchc.plan.roofline import optimizer_bytes, roofline
 
-from conftest import GOLDEN, REPO, SPECS, heavy_modules_imported_by, run_cli
+from helpers import GOLDEN, REPO, SPECS, heavy_modules_imported_by, run_cli
 
 GOLDEN_DIR = GOLDEN / "estimate"
 UPDATE = os.environ.get("BENCHC_UPDATE_GOLDEN") == "1"
@@ -407,6 +407,7 @@ def test_check_warns_of_a_point_that_cannot_fit_and_strict_refuses_it():
     assert run_cli("check", "--strict", *(str(SPECS / s) for s in REFERENCE_SPECS)).code == 0
 
 
+@pytest.mark.integration
 def test_estimate_and_strict_check_never_import_torch():
     assert heavy_modules_imported_by(
         ["estimate", "specs/sd3.bench"], ["estimate", "--json", "specs/beluga-infer.bench"],

@@ -18,7 +18,7 @@ from benchc.pipeline import plan_spec
 from benchc.plan.memory import HOST_MEMORY_VARIABLE, estimate_memory, host_memory
 from benchc.validate.fits import smoke_advice
 
-from conftest import REPO, SPECS, run_cli
+from helpers import REPO, SPECS, run_cli
 
 SD3 = str(SPECS / "sd3.bench")
 HOST = 24e9  # a 24 GB host: one 2B-parameter training process alone does not fit

@@ -81,6 +81,7 @@ def test_llama_parameters_and_flops_match_transformers():
     assert cost.forward_flops_per_sample == pytest.approx(counter.get_total_flops(), rel=1e-4)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("input_tokens, output_tokens, cache", [(16, 8, "dynamic"), (32, 1, "dynamic"),
                                                                  (16, 8, "static")])  # fmt: skip
 def test_generation_flops_match_torch_flop_counter(input_tokens, output_tokens, cache):
@@ -140,6 +141,7 @@ print(json.dumps({"forwards": counted, "plan": bench.PLAN}))
 """
 
 
+@pytest.mark.integration
 def test_sd3_pipeline_flops_per_image_match_torch_flop_counter(tmp_path):
     """The denoising loop of the real (tiny) SD3 pipeline of the generated program: FLOPs per
     image = the MMDiT's forward (a doubled batch under guidance) x denoising steps, as the
@@ -149,7 +151,7 @@ def test_sd3_pipeline_flops_per_image_match_torch_flop_counter(tmp_path):
     import subprocess
     import sys
 
-    from conftest import REPO, run_cli
+    from helpers import REPO, run_cli
 
     sets = ["--set", "infer.attention=eager", "--set", "infer.steps=2", "--set", "infer.warmup=1"]
     assert (

@@ -19,7 +19,7 @@ from benchc.frontend.format import WIDTH, comments_of, format_source
 from benchc.frontend.parser import parse_text
 from benchc.frontend.source import decode_source
 
-from conftest import REPO, SPECS, run_benchc, run_cli
+from helpers import REPO, SPECS, run_benchc, run_cli
 
 REFERENCE = sorted([*SPECS.glob("*.bench"), *(SPECS / "common").glob("*.bench")])
 
@@ -221,6 +221,7 @@ PROPERTY = settings(
 )  # fmt: skip
 
 
+@pytest.mark.integration
 @PROPERTY
 @given(spec_texts())
 def test_generated_specs_keep_tree_and_comments_and_are_stable(text):
@@ -245,6 +246,7 @@ def test_mangled_input_is_formatted_or_refused_never_broken(case):
 # ---------------------------------------------------------------- the command
 
 
+@pytest.mark.integration
 def test_the_reference_specs_are_formatted():
     specs = sorted(str(p.relative_to(REPO)) for p in REFERENCE)
     result = run_benchc("fmt", "--check", *specs)
@@ -252,6 +254,7 @@ def test_the_reference_specs_are_formatted():
     assert result.out == "" and result.err == ""
 
 
+@pytest.mark.integration
 def test_fmt_rewrites_in_place_keeps_the_mode_and_reports(tmp_path):
     spec = tmp_path / "s.bench"
     spec.write_bytes(MESSY_RAW.encode())
@@ -277,6 +280,7 @@ def test_fmt_through_a_symbolic_link_rewrites_the_file_and_keeps_the_link(tmp_pa
     assert (tmp_path / "real.bench").read_text() == "x = 1\n"
 
 
+@pytest.mark.integration
 def test_check_writes_nothing_and_exits_1_when_a_file_would_change(tmp_path):
     (tmp_path / "messy.bench").write_text("x=1\n")
     (tmp_path / "tidy.bench").write_text("x = 1\n")
@@ -288,6 +292,7 @@ def test_check_writes_nothing_and_exits_1_when_a_file_would_change(tmp_path):
     assert (ok.code, ok.out) == (0, "")
 
 
+@pytest.mark.integration
 def test_diff_prints_a_unified_diff_and_writes_nothing(tmp_path):
     (tmp_path / "s.bench").write_text("experiment e {\n  a=1 # c\n  b = 2\n}")
     result = run_benchc("fmt", "--diff", "s.bench", cwd=tmp_path)
@@ -309,6 +314,7 @@ def test_diff_prints_a_unified_diff_and_writes_nothing(tmp_path):
     assert both.code == 1 and "+  a = 1  # c" in both.out and "would reformat s.bench" in both.err
 
 
+@pytest.mark.integration
 def test_a_syntax_error_leaves_the_file_untouched_with_a_located_error(tmp_path):
     bad = b"experiment e {\r\n  a=[1,\r\n}\r\n"
     (tmp_path / "bad.bench").write_bytes(bad)
@@ -322,6 +328,7 @@ def test_a_syntax_error_leaves_the_file_untouched_with_a_located_error(tmp_path)
     assert (tmp_path / "good.bench").read_text() == "x = 1\n"  # the other files are formatted
 
 
+@pytest.mark.integration
 def test_folders_missing_files_and_fifos_are_refused_without_a_traceback(tmp_path):
     (tmp_path / "folder.bench").mkdir()
     names = ["folder.bench", "missing.bench"]

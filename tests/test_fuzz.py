@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -173,10 +174,16 @@ def snapshot(folder: Path) -> dict[str, bytes]:
 # ---------------------------------------------------------------- in process
 
 
+# How the generated inputs (not the explicit @examples) of the property below ended.
+OUTCOMES: Counter[str] = Counter()
+EXPLICIT = set(KNOWN_NASTY.values())
+
+
 @settings(PROFILE)
 @known_nasty
 @given(case=cases())
-def test_the_front_end_and_compile_give_plans_or_located_errors(case: Case):
+def front_end_and_compile_give_plans_or_located_errors(case: Case):
+    generated = case not in EXPLICIT
     with workspace(case) as root:
         started = time.monotonic()
         check_fmt(root / "spec.bench")
@@ -190,8 +197,10 @@ def test_the_front_end_and_compile_give_plans_or_located_errors(case: Case):
             for diagnostic in exc.diagnostics:
                 assert_located(diagnostic)
             assert_printable(exc.diagnostics)
+            OUTCOMES["errors"] += generated
             return
         assert planned.plans, "no plans and no error"
+        OUTCOMES["plans"] += generated
         plans = planned.plans[:MAX_COMPILED]
         # what `check` and `plan` print, as they print it (stdout and stderr are UTF-8)
         payload = {"experiment": planned.document.experiment, "plans": [p.to_dict() for p in plans]}
@@ -209,6 +218,14 @@ def test_the_front_end_and_compile_give_plans_or_located_errors(case: Case):
         assert first, "compile wrote nothing"
         assert snapshot(out) == first, "a second compile gave different bytes"
         assert time.monotonic() - started < IN_PROCESS_SECONDS * 2
+
+
+@pytest.mark.integration
+def test_the_front_end_and_compile_give_plans_or_located_errors():
+    OUTCOMES.clear()
+    front_end_and_compile_give_plans_or_located_errors()
+    # the fuzz reached both endings: inputs that plan and inputs that are refused
+    assert OUTCOMES["plans"] > 0 and OUTCOMES["errors"] > 0, OUTCOMES
 
 
 # What each known-nasty input must end as: an error saying this (None: plans).
@@ -258,6 +275,7 @@ def _well_formed(test):
     return test
 
 
+@pytest.mark.integration
 @settings(PROFILE, max_examples=max(PROFILE.max_examples // 10, 100))
 @_well_formed
 @given(text=spec_texts())
@@ -311,6 +329,7 @@ def assert_user_error_or_success(proc: subprocess.CompletedProcess, command: str
         assert int(match["line"]) >= 1 and int(match["column"]) >= 1, head
 
 
+@pytest.mark.integration
 @settings(PROFILE, max_examples=CLI_EXAMPLES)
 @known_nasty
 @given(case=cases())

@@ -14,7 +14,7 @@ import shlex
 
 import pytest
 
-from conftest import BAD, GOLDEN, run_cli
+from helpers import BAD, GOLDEN, run_cli
 
 GOLDEN_DIR = GOLDEN / "diagnostics"
 UPDATE = os.environ.get("BENCHC_UPDATE_GOLDEN") == "1"

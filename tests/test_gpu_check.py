@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from helpers import REPO
 
 CALL_S = 480  # one call of the device tool: 8 minutes, startup and compilation included
 SCRIPT = REPO / "benchmarks/gpu_check.sh"
@@ -80,6 +80,7 @@ def check_budget(out: Path, part: str, stdout: str) -> dict:
     return summary
 
 
+@pytest.mark.integration
 def test_the_training_part_dry_run_compiles_its_programs_and_fits_8_minutes(tmp_path):
     """S1 batch 16 tuned and plain, batch 32 tuned, S4 if time is left, and the hand-written
     loop (run here on the CPU, tiny): each program compiled for one GPU, each launcher parsed."""
@@ -128,6 +129,7 @@ S5_RUNS = {"s5_l40_tuned": (40, "tuned"), "s5_l40_plain": (40, "plain"), "s5_l2_
 INFERENCE_RUNS = ["s5_l40_tuned", "s3", "s5_l40_plain", "s5_l2_tuned", "s5_l10_tuned"]
 
 
+@pytest.mark.integration
 def test_the_inference_part_dry_run_compiles_s5_and_s3_and_fits_8_minutes(tmp_path):
     """S5 as one tensor-parallel-8 rank of Llama-2-70B on one GPU at 40 layers (tuned first,
     then plain), 2 and 10 layers (the fit), S3 at full size with 3 timed images: each program
@@ -179,6 +181,7 @@ def test_the_inference_part_dry_run_compiles_s5_and_s3_and_fits_8_minutes(tmp_pa
     assert fit["a"] is None and fit["note"] == "not enough runs finished (0 of 3; 2 needed)"
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("args", [[], ["train"], ["training", "inference"], ["training", "--dry"],
                                   ["--dry-run"]])  # fmt: skip
 def test_a_usage_error_prints_the_usage_and_exits_2(tmp_path, args):
@@ -187,6 +190,7 @@ def test_a_usage_error_prints_the_usage_and_exits_2(tmp_path, args):
     assert not (tmp_path / "build").exists()
 
 
+@pytest.mark.integration
 def test_a_part_whose_runs_all_fail_still_reports_each_in_its_summary(tmp_path):
     """The inference part as on a GPU machine (the CUDA check and nvidia-smi stubbed): each
     program stops at once here (no CUDA device) and the summary says so, run by run."""
@@ -222,6 +226,7 @@ def test_a_part_whose_runs_all_fail_still_reports_each_in_its_summary(tmp_path):
 # ---- the hand-written loop ---------------------------------------------------------------
 
 
+@pytest.mark.integration
 def test_the_hand_written_loop_runs_on_the_cpu_and_reports_sane_numbers(tmp_path):
     out = tmp_path / "hand.json"
     proc = subprocess.run([sys.executable, "benchmarks/handwritten_train.py", "--device", "cpu", "--smoke",

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from conftest import REPO
+from helpers import REPO
 
 # the inference part's runs, in the order gpu_check.sh plans and starts them
 INFERENCE_RUNS = ["s5_l40_tuned", "s3", "s5_l40_plain", "s5_l2_tuned", "s5_l10_tuned"]

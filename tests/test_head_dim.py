@@ -20,7 +20,7 @@ from benchc.plan.flops import llama_cost, llama_generate_flops, llama_params
 from benchc.plan.memory import estimate_memory, kv_cache, parameters
 from benchc.plan.roofline import roofline
 
-from conftest import REPO, run_cli
+from helpers import REPO, run_cli
 
 # hidden, layers, heads, kv_heads, head_dim, intermediate, vocab
 RANK_70B = (8192, 40, 8, 1, 128, 3584, 32000)
@@ -203,6 +203,7 @@ def test_smoke_keeps_a_head_dim_of_its_own_shrunk(write):
     assert same.model.head_dim == plain.model.head_dim
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "overrides, processes",
     [(RANK_SETTINGS, 1), (("model.llama.head_dim=64",), 2)],

@@ -18,7 +18,9 @@ from scripted_points import ok_metrics
 
 from benchc.results.store import Store
 
-from conftest import REPO
+from helpers import REPO
+
+pytestmark = pytest.mark.integration
 
 SPEC = """experiment e {{
   model mmdit {{ depth = 2 }}

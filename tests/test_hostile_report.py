@@ -19,7 +19,7 @@ from benchc.figures import sig
 from benchc.report import prices as prices_module
 from benchc.results.store import Store
 
-from conftest import REPO, run_cli
+from helpers import REPO, run_cli
 
 
 def store_run(db: Path, *, experiment="sd3_mmdit_train", target="h100", point="batch-16", smoke=False,

@@ -15,7 +15,9 @@ from scripted_points import ok_metrics, scripted_point
 
 from benchc.results.store import Store
 
-from conftest import REPO
+from helpers import REPO
+
+pytestmark = pytest.mark.integration
 
 
 def benchc(*args: str, stdin=None, timeout: float = 60) -> subprocess.CompletedProcess:

@@ -25,7 +25,7 @@ from benchc.results.ingest import metrics_sha256
 from benchc.results.store import MIGRATIONS, SCHEMA_VERSION, Store
 from benchc.validate.schema import schema
 
-from conftest import REPO, SPECS, run_cli
+from helpers import REPO, SPECS, run_cli
 
 
 def cli(*args: str, db: Path):
@@ -149,6 +149,7 @@ def test_a_store_already_holding_rows_with_bad_plans_still_lists_and_reports_the
 # ---------------------------------------------------------------- 6: one file stored once
 
 
+@pytest.mark.integration
 def test_two_ingests_of_the_same_300_files_at_once_store_each_file_once(tmp_path):
     files = [str(metrics_file(tmp_path / "in" / f"m{i}.json", point=f"p{i}")) for i in range(300)]
     db = tmp_path / "r.db"

@@ -23,7 +23,7 @@ from system_tools import Unavailable, ensure
 
 from benchc.catalog.targets import TARGETS
 
-from conftest import REPO, SPECS, free_port, run_cli
+from helpers import REPO, SPECS, free_port, run_cli
 
 SPEC_FILES = sorted(p.name for p in SPECS.glob("*.bench"))
 

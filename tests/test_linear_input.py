@@ -8,9 +8,11 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from benchc.diagnostics import MAX_SHOWN_PER_FILE, Source, printable
 
-from conftest import REPO
+from helpers import REPO
 
 
 def benchc(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -18,6 +20,7 @@ def benchc(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
                           text=True, timeout=timeout)  # fmt: skip
 
 
+@pytest.mark.integration
 def test_control_characters_from_a_spec_are_escaped_in_diagnostics(tmp_path):
     path = tmp_path / "cc.bench"
     path.write_text(
@@ -35,6 +38,7 @@ def test_printable_keeps_newlines_and_tabs_and_escapes_the_rest():
     assert printable("\x1b[31mred\x9b") == "\\x1b[31mred\\x9b"
 
 
+@pytest.mark.integration
 def test_thousands_of_mistakes_are_found_fast_and_printed_capped(tmp_path):
     count = 3_000  # 15,000 tokens: under the 20,000-token limit of a file
     body = "".join(f"  train.unknown_{i} = {i}\n" for i in range(count))
@@ -147,6 +151,7 @@ def test_a_spec_of_almost_1_mib_of_each_shape_is_checked_quickly_with_located_er
         assert elapsed < 10, (name, elapsed)  # 2 s on a quiet machine: benchmarks/README.md
 
 
+@pytest.mark.integration
 def test_a_keyword_cannot_name_an_experiment(tmp_path):
     for keyword in ("experiment", "include", "sweep", "true", "false"):
         path = tmp_path / "kw.bench"
@@ -156,6 +161,7 @@ def test_a_keyword_cannot_name_an_experiment(tmp_path):
         assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.integration
 def test_a_dotted_key_of_100000_parts_is_refused_at_once(tmp_path):
     path = tmp_path / "dot.bench"
     for parts, words in ((100_000, "tokens"), (9_000, "keys have at most 16")):

@@ -5,7 +5,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from conftest import REPO
+import pytest
+
+from helpers import REPO
+
+pytestmark = pytest.mark.integration
 
 
 def test_ruff_check_is_clean():

@@ -10,7 +10,7 @@ from benchc.diagnostics import BenchError
 from benchc.pipeline import plan_spec
 from benchc.plan.types import LlamaModel, MMDiTModel, SD3Pipeline, TrainWorkload
 
-from conftest import SPECS
+from helpers import SPECS
 
 BASE = """
 experiment e {{

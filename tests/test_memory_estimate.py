@@ -27,7 +27,9 @@ from benchc.pipeline import plan_spec
 from benchc.plan.memory import ZERO_REDUCE_BUCKET, estimate_memory
 from benchc.plan.roofline import roofline
 
-from conftest import REPO
+from helpers import REPO
+
+pytestmark = pytest.mark.integration
 
 TOLERANCE = 0.25  # measured / estimated within [1 - 0.25, 1 + 0.25]
 # above any two vCPUs: 20 TFLOP/s (AMX bf16 at 5 GHz on 2 cores gives 20), 1 TB/s, 1 TB/s links

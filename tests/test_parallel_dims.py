@@ -14,7 +14,7 @@ from benchc.diagnostics import BenchError
 from benchc.pipeline import plan_spec
 from benchc.plan.parallel import ParallelDims
 
-from conftest import REPO, SPECS
+from helpers import REPO, SPECS
 
 TEMPLATES = REPO / "templates"
 

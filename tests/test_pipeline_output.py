@@ -9,6 +9,8 @@ import pytest
 import torch
 from program_helpers import compile_point, load_program
 
+pytestmark = pytest.mark.integration
+
 
 def test_non_finite_latents_fail_the_run(tmp_path):
     module = load_program(compile_point(tmp_path, "sd3-infer.bench") / "bench.py")

@@ -8,9 +8,13 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from benchc.results.store import Store
 
-from conftest import REPO
+from helpers import REPO
+
+pytestmark = pytest.mark.integration
 
 
 def test_run_piped_into_head_runs_and_records_every_point(tmp_path):

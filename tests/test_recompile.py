@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import REPO, run_cli
+from helpers import REPO, run_cli
 
 ONE_CPU = ("--set", "cluster.nodes=1", "--set", "cluster.devices_per_node=1", "--set", "parallel.data=1")
 

@@ -18,7 +18,7 @@ from benchc.figures import sig
 from benchc.report.stats import summarize, t95
 from benchc.results.store import Store
 
-from conftest import REPO
+from helpers import REPO
 
 
 def benchc(*args, db, cwd=REPO):
@@ -41,6 +41,7 @@ def assert_chart(path, min_width=400, min_height=300):
     assert image[..., :3].std() > 0.05  # not blank: bars, text and axes differ from the page
 
 
+@pytest.mark.integration
 def test_smoke_run_of_s1_stores_both_points_and_reports_them(tmp_path):
     db = tmp_path / "results.db"
     started = time.monotonic()
@@ -67,6 +68,7 @@ def test_smoke_run_of_s1_stores_both_points_and_reports_them(tmp_path):
     assert_chart(tmp_path / "reports" / "sd3_mmdit_train-smoke.png")
 
 
+@pytest.mark.integration
 def test_report_ratios_confidence_intervals_noise_and_references(tmp_path):
     db = tmp_path / "r.db"
     files = []
@@ -112,6 +114,7 @@ def test_report_ratios_confidence_intervals_noise_and_references(tmp_path):
     assert "<table>" in page and "1.50x" in page and "sd3_mmdit_train-smoke.png" in page
 
 
+@pytest.mark.integration
 def test_report_with_nothing_stored_is_a_clear_error(tmp_path):
     result = benchc("report", "-o", str(tmp_path / "out"), db=tmp_path / "empty.db")
     assert result.returncode == 2 and "no runs to report" in result.stderr
@@ -161,6 +164,7 @@ def store_trials(db, rows: dict, plan: dict, metric_fields=lambda m, v: None, po
                 store.finish(run_id, "ok", None, m)
 
 
+@pytest.mark.integration
 def test_a_lower_is_better_headline_leads_the_table_the_ratios_and_the_chart(tmp_path):
     """S3's measure.metric is s_per_image: the table's headline column, the ratios (x faster)
     and the chart are seconds per image, not images/s."""
@@ -185,6 +189,7 @@ def test_a_lower_is_better_headline_leads_the_table_the_ratios_and_the_chart(tmp
     assert_chart(tmp_path / "out" / "sd3_large_infer.png")
 
 
+@pytest.mark.integration
 def test_every_reference_is_placed_or_listed_with_its_reason(tmp_path):
     db = tmp_path / "r.db"
     declared = [
@@ -214,6 +219,7 @@ def test_every_reference_is_placed_or_listed_with_its_reason(tmp_path):
     assert '- reference gaudi2 watts not shown: its unit "W" is neither the report\'s "images/s"' in page
 
 
+@pytest.mark.integration
 def test_read_commands_create_no_store(tmp_path):
     missing = tmp_path / "nowhere" / "x.db"
     for command in (["runs"], ["show", "abc"], ["export"], ["status"], ["report", "-o", str(tmp_path / "o")]):
@@ -284,6 +290,7 @@ def ingested(tmp_path, *metrics) -> object:
     return db
 
 
+@pytest.mark.integration
 def test_the_tier_column_shows_each_rows_tier_and_a_dash_where_the_metrics_predate_tiers(tmp_path):
     runs = [tiered(150.0, "h100", "batch-16", "tuned"), tiered(100.0, "gaudi2", "batch-16", None),
             tiered(90.0, "a100", "batch-16", "plain")]  # fmt: skip
@@ -301,6 +308,7 @@ def test_the_tier_column_shows_each_rows_tier_and_a_dash_where_the_metrics_preda
     assert "<th>tier</th>" in page and "<td>tuned</td>" in page and "<td>-</td>" in page
 
 
+@pytest.mark.integration
 def test_the_same_point_under_both_tiers_gives_tuned_over_plain_and_the_knobs_tuned_turned_on(tmp_path):
     db = ingested(tmp_path, tiered(231.0, "h200", "batch-16", "tuned"),
                   tiered(100.0, "h200", "batch-16_optimize-plain", "plain"),
@@ -321,6 +329,7 @@ def test_the_same_point_under_both_tiers_gives_tuned_over_plain_and_the_knobs_tu
     assert rows[("batch-16_optimize-plain", "h200")] == "plain" and rows[("batch-16", "h200")] == "tuned"
 
 
+@pytest.mark.integration
 def test_under_a_lower_is_better_headline_tuned_over_plain_is_still_how_much_faster(tmp_path):
     db = tmp_path / "r.db"
 
@@ -346,6 +355,7 @@ def test_under_a_lower_is_better_headline_tuned_over_plain_is_still_how_much_fas
     assert line.endswith("; seconds per image 2.00 vs 3.00 s/image)"), line
 
 
+@pytest.mark.integration
 def test_a_sweep_over_both_tiers_is_paired_by_the_other_values_of_its_points(tmp_path):
     def swept(throughput, tier):
         m = tiered(throughput, "h100", f"batch-16_optimize-{tier}", tier)
@@ -358,6 +368,7 @@ def test_a_sweep_over_both_tiers_is_paired_by_the_other_values_of_its_points(tmp
     assert "- h100 at train.batch=16: tuned 2.00x plain (compile=regional," in page, page
 
 
+@pytest.mark.integration
 def test_knob_values_from_the_metrics_are_escaped_in_markdown_and_html(tmp_path):
     hostile = {"compile": "<script>alert(1)</script>", "attention": "a|b\nc", "qkv": "x & y"}
     db = ingested(tmp_path, tiered(200.0, "h100", "batch-16", "tuned", hostile),
@@ -373,6 +384,7 @@ def test_knob_values_from_the_metrics_are_escaped_in_markdown_and_html(tmp_path)
     assert "attention=a|b\nc" in page  # inside an <li>: a newline and a bar are inert in HTML
 
 
+@pytest.mark.integration
 def test_export_and_show_carry_the_tier(tmp_path):
     db = ingested(tmp_path, tiered(150.0, "h100", "batch-16_optimize-plain", "plain"),
                   tiered(100.0, "gaudi2", "batch-16", None))  # fmt: skip
@@ -388,6 +400,7 @@ def test_export_and_show_carry_the_tier(tmp_path):
     assert json.loads(benchc("show", run, db=db).stdout)["optimize"] == "plain"
 
 
+@pytest.mark.integration
 def test_a_metrics_file_with_a_bad_tier_is_refused(tmp_path):
     cases = {"tier": {"optimize": "fast"}, "knob name": {"optimize_detail": {"Compile!": "x"}},
              "knob value": {"optimize_detail": {"compile": 3}},

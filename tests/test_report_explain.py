@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from codegen_helpers import plan_literal
 from scripted_points import ok_metrics
 
@@ -17,7 +18,7 @@ from benchc.figures import sig
 from benchc.pipeline import plan_spec
 from benchc.plan.roofline import roofline
 
-from conftest import REPO
+from helpers import REPO
 
 FLOPS = 2.0e12  # model FLOPs per image, the same model on every target
 
@@ -47,6 +48,7 @@ def stored(tmp_path, *runs) -> object:
     return db
 
 
+@pytest.mark.integration
 def test_each_ratio_is_split_into_peak_and_mfu_and_the_product_is_the_ratio(tmp_path):
     db = stored(tmp_path, metrics_for("gaudi2", 100.0), metrics_for("h100", 150.0), metrics_for("cpu", 10.0))
     proc = benchc("report", "--baseline", "gaudi2", "-o", str(tmp_path / "out"), db=db)
@@ -69,6 +71,7 @@ def with_tier(m: dict, tier: str | None) -> dict:
     return m
 
 
+@pytest.mark.integration
 def test_a_pair_of_targets_that_ran_different_tiers_is_not_explained_as_hardware(tmp_path):
     """Rows at one point under different tiers: the pair says the treatment was not equal and
     is not split into peak x MFU; a row whose metrics record no tier gets a note, not a guess."""
@@ -117,6 +120,7 @@ def test_the_chart_says_which_tier_each_bar_ran_where_the_tiers_at_a_point_diffe
     plt.close(figure)
 
 
+@pytest.mark.integration
 def test_different_device_counts_and_models_are_factors_of_their_own(tmp_path):
     big = metrics_for("h100", 300.0, world=4)
     small = metrics_for("gaudi2", 100.0, world=2)
@@ -130,6 +134,7 @@ def test_different_device_counts_and_models_are_factors_of_their_own(tmp_path):
     assert "x devices 2.00x (4 / 2)" in line and "product" not in line, line
 
 
+@pytest.mark.integration
 def test_prices_give_cost_per_unit_and_price_performance(tmp_path):
     db = stored(tmp_path, metrics_for("gaudi2", 100.0), metrics_for("h100", 150.0), metrics_for("cpu", 10.0))
     prices = tmp_path / "prices.toml"
@@ -149,6 +154,7 @@ def test_prices_give_cost_per_unit_and_price_performance(tmp_path):
     assert f"no price in {prices} for: cpu" in page
 
 
+@pytest.mark.integration
 def test_a_bad_prices_file_is_a_located_error_and_nothing_is_written(tmp_path):
     db = stored(tmp_path, metrics_for("h100", 150.0))
     cases = {
@@ -221,6 +227,7 @@ def ingest_all(tmp_path, *paths) -> Path:
     return db
 
 
+@pytest.mark.integration
 def test_generation_ratios_split_into_bandwidth_and_its_utilisation(tmp_path):
     g_line, g = built_run(tmp_path, "beluga-infer.bench", "gaudi2", 0.30)
     h_line, h = built_run(tmp_path, "beluga-infer.bench", "h100", 0.20)
@@ -249,6 +256,7 @@ def test_generation_ratios_split_into_bandwidth_and_its_utilisation(tmp_path):
     assert expected in bound, bound
 
 
+@pytest.mark.integration
 def test_every_pair_of_targets_is_explained_and_runs_sit_on_a_roofline_chart(tmp_path):
     shares = {"gaudi2": 0.5, "h100": 0.25, "a100": 0.4}
     lines = {t: built_run(tmp_path, "sd3.bench", t, s, ["train.batch=16"]) for t, s in shares.items()}
@@ -283,6 +291,7 @@ def test_every_pair_of_targets_is_explained_and_runs_sit_on_a_roofline_chart(tmp
         assert abs(y / (mfu[target] * line["peak_flops_per_device"]) - 1) < 1e-9  # achieved FLOP/s
 
 
+@pytest.mark.integration
 def test_a_run_without_a_kept_roofline_says_why_it_has_no_bound(tmp_path):
     db = stored(tmp_path, metrics_for("gaudi2", 100.0), metrics_for("h100", 150.0))
     proc = benchc("report", "-o", str(tmp_path / "out"), db=db)
@@ -292,6 +301,7 @@ def test_a_run_without_a_kept_roofline_says_why_it_has_no_bound(tmp_path):
     assert not (tmp_path / "out" / "sd3_mmdit_train-roofline.png").exists()
 
 
+@pytest.mark.integration
 def test_the_specs_prices_are_used_and_a_prices_file_replaces_them(tmp_path):
     spec = tmp_path / "priced.bench"
     text = (REPO / "specs" / "sd3.bench").read_text()
@@ -326,6 +336,7 @@ def test_the_specs_prices_are_used_and_a_prices_file_replaces_them(tmp_path):
     assert "EUR" not in page and f"no price in {prices} for: gaudi2" in page
 
 
+@pytest.mark.integration
 def test_a_bad_prices_block_is_refused_by_check_at_its_place(tmp_path):
     spec = tmp_path / "bad.bench"
     spec.write_text(

@@ -18,7 +18,7 @@ from scripted_points import ok_metrics_body, scripted_point
 from benchc.pids import alive
 from benchc.results.store import Store
 
-from conftest import REPO, run_benchc, run_cli
+from helpers import REPO, run_benchc, run_cli
 
 
 def benchc(*args, db: Path, cwd: Path = REPO, timeout: int = 300) -> subprocess.CompletedProcess:

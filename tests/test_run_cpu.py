@@ -17,7 +17,9 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from conftest import REPO, free_port, run_cli
+from helpers import REPO, free_port, run_cli
+
+pytestmark = pytest.mark.integration
 
 
 def metrics_schema() -> dict:

@@ -21,7 +21,7 @@ from benchc.diagnostics import BenchError
 from benchc.pipeline import plan_spec
 from benchc.validate.schema import schema
 
-from conftest import REPO
+from helpers import REPO
 
 WORKLOADS = {  # spec, model kind
     "mmdit-train": ("sd3.bench", "mmdit"),

@@ -29,7 +29,9 @@ import pytest
 
 from benchc.results.store import Store
 
-from conftest import REPO, run_cli
+from helpers import REPO, run_cli
+
+pytestmark = pytest.mark.integration
 
 TRIALS = int(os.environ.get("BENCHC_SIGNAL_TRIALS", "3"))  # per signal; BENCHC_SIGNAL_TRIALS=50 for long runs
 

@@ -25,7 +25,9 @@ from system_tools import Unavailable
 
 from benchc.results.store import Store
 
-from conftest import REPO
+from helpers import REPO
+
+pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")

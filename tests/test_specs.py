@@ -6,7 +6,7 @@ import pytest
 
 from benchc.pipeline import plan_spec
 
-from conftest import SPECS
+from helpers import SPECS
 
 REFERENCE = {
     "sd3.bench": "S1",

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from codegen_helpers import plan_literal, spec_files
 
-from conftest import REPO, run_cli
+from helpers import REPO, run_cli
 
 
 def site(package_path: str) -> Path:
@@ -182,6 +182,7 @@ def test_the_text_plan_shows_parameters_and_flops_per_sample():
     assert "train_flops" not in infer
 
 
+@pytest.mark.integration
 def test_a_program_on_a_machine_without_its_device_says_what_is_missing(tmp_path):
     """Run here (no GPU, no Gaudi): the CUDA program records a clear error, the Gaudi program
     stops before importing habana_frameworks, each with what to do."""

@@ -19,7 +19,7 @@ from program_helpers import WORKLOADS, FrameCounter, compile_point, load_program
 
 from benchc.pipeline import plan_spec
 
-from conftest import REPO, run_cli
+from helpers import REPO, run_cli
 
 
 def code_outside_plan(program: str) -> list[str]:
@@ -109,6 +109,7 @@ TRAINING = [("sd3.bench", "torch", "tuned"), ("sd3.bench", "torch", "plain"),
             ("sd3.bench", "accelerate", "tuned"), ("beluga-train.bench", "accelerate", "tuned")]  # fmt: skip
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("spec, runtime, tier", TRAINING, ids=["-".join(t) for t in TRAINING])
 def test_no_host_synchronisation_inside_the_measured_steps(tmp_path, spec, runtime, tier):
     """Every training program on the CPU, run in-process with a counter of host syncs
@@ -138,6 +139,7 @@ def test_no_host_synchronisation_inside_the_measured_steps(tmp_path, spec, runti
     assert metrics["phase"] == "measuring"
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "spec, setting", [("sd3.bench", "num_layers"), ("beluga-train.bench", "num_hidden_layers")]
 )
@@ -163,6 +165,7 @@ def test_regional_compilation_does_not_grow_with_depth(tmp_path, spec, setting):
     assert seen[2] and seen[2] == seen[4] == seen[8], seen
 
 
+@pytest.mark.integration
 def test_the_pipelines_mmdit_is_compiled_block_by_block_whatever_its_depth(tmp_path):
     """S3: the program's prepare_pipeline compiles the MMDiT's blocks (infer.compile on the
     CPU), each whole; the graphs compiled are the same for 2, 4 and 8 layers."""
@@ -189,6 +192,7 @@ def test_the_pipelines_mmdit_is_compiled_block_by_block_whatever_its_depth(tmp_p
     assert "compile_blocks(pipe.transformer.transformer_blocks" in next(source).read_text()
 
 
+@pytest.mark.integration
 def test_a_second_run_reuses_the_compile_cache_beside_the_program(tmp_path):
     """Where anything is compiled, launch.sh keeps Inductor's cache beside the program (the
     metrics record it) and a second run adds no compiled graph to it: it reuses the first's."""
@@ -322,12 +326,13 @@ os._exit(0)
 """
 
 
+@pytest.mark.integration
 def test_the_measured_window_is_the_same_length_on_every_rank(tmp_path):
     """At full size a window shorter than 50 steps runs on until 50 steps or 20 s at the last
     warmup step's pace; ranks must agree on the count (a rank that stopped early would leave
     the others waiting in a collective), so the slowest rank's pace decides, before the
     window. Smoke runs and plans without warmup run what they ask."""
-    from conftest import free_port
+    from helpers import free_port
 
     full = tmp_path / "full.py"
     full.write_text(spec_files("sd3.bench", "cpu", overrides=["train.batch=16"])["bench.py"])

@@ -21,7 +21,7 @@ import torch
 from checkpoint_helpers import MARKER, llama_checkpoint, mmdit_checkpoint, sd3_checkpoint
 from program_helpers import compile_point, load_program
 
-from conftest import REPO, heavy_modules_imported_by, run_cli
+from helpers import REPO, heavy_modules_imported_by, run_cli
 
 LLAMA_SPEC = """experiment tiny_llama {{
   model llama {{ {model} }}
@@ -95,6 +95,7 @@ def test_a_checkpoint_gives_the_shape_the_spec_leaves_and_the_parameters_are_the
     assert plan["cost"]["params"] == sum(p.numel() for p in real.parameters())
 
 
+@pytest.mark.integration
 def test_checking_a_checkpoint_imports_no_torch(folders, tmp_path, pipeline):
     """check, plan and compile read the folders (headers included) without torch or the model
     libraries, as every command before run does."""
@@ -216,6 +217,7 @@ def test_a_setting_or_preset_unlike_the_checkpoint_is_an_error_where_it_is_writt
     assert run_cli("check", str(path), "--strict", cwd=REPO).code == 0
 
 
+@pytest.mark.integration
 def test_a_full_run_loads_the_checkpoint_it_checked(folders, tmp_path):
     """Not --smoke: the program checks the folder, then loads it; the model it builds holds
     the marker, and the metrics say what was checked and loaded."""
@@ -239,6 +241,7 @@ def test_a_full_run_loads_the_checkpoint_it_checked(folders, tmp_path):
     assert "local_files_only=True" in program.read_text()
 
 
+@pytest.mark.integration
 def test_smoke_checks_the_checkpoint_in_the_program_then_runs_the_tiny_model(folders, tmp_path):
     shutil.copytree(folders / "mmdit", tmp_path / "mmdit")
     path = spec(tmp_path, MMDIT_SPEC, 'weights = "mmdit"')
@@ -294,6 +297,7 @@ def test_an_sd3_pipeline_folder_is_checked_part_by_part_and_its_transformer_give
     assert run_cli("check", str(path), cwd=REPO).code == 0
 
 
+@pytest.mark.integration
 def test_a_full_sd3_run_loads_every_part_of_the_pipeline_folder(pipeline, tmp_path):
     path = spec(tmp_path, SD3_SPEC, f'weights = "{pipeline}"')
     result = benchc("run", str(path), "-o", "build", "--db", "r.db", cwd=tmp_path)
@@ -322,6 +326,7 @@ def _names(folder: Path) -> list[str]:
     return names
 
 
+@pytest.mark.integration
 def test_programs_with_a_checkpoint_load_local_files_only_and_are_lint_clean(folders, pipeline, tmp_path):
     """No generated program may reach the network for its weights: every from_pretrained and
     load_config call passes local_files_only=True; each program (three kinds, three targets,

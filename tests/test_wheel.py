@@ -13,7 +13,9 @@ import venv
 
 import pytest
 
-from conftest import REPO, SPECS
+from helpers import REPO, SPECS
+
+pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,84 @@
+"""Shared test helpers: repository paths, running the benchc CLI in this process or as a
+subprocess, a free port, and which heavy libraries a command imports.
+
+Test modules import these as `from helpers import ...` (tests/ is on sys.path: see
+[tool.pytest.ini_options] pythonpath in pyproject.toml); fixtures live in tests/conftest.py."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import dataclass
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent.parent
+REPO = TESTS.parent
+SPECS = REPO / "specs"
+BAD = TESTS / "bad"
+GOLDEN = TESTS / "golden"
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+
+def run_cli(*args: str, cwd: Path | None = None) -> Result:
+    """Run `benchc ARGS` in this process (fast); cwd is changed for the call if given."""
+    from benchc.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    previous = os.getcwd()
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        with redirect_stdout(out), redirect_stderr(err):
+            try:
+                code = main(list(args))
+            except SystemExit as exc:  # argparse errors
+                code = exc.code if isinstance(exc.code, int) else 2
+    finally:
+        os.chdir(previous)
+    return Result(code, out.getvalue(), err.getvalue())
+
+
+def run_benchc(*args: str, cwd: Path | None = None, env: dict | None = None) -> Result:
+    """Run `python -m benchc ARGS` as a real process (exit codes, tracebacks, imports)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchc", *args],
+        cwd=cwd or REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+    )
+    return Result(proc.returncode, proc.stdout, proc.stderr)
+
+
+def free_port() -> int:
+    """A TCP port free on loopback now (for a rendezvous between launchers)."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+HEAVY = ("torch", "diffusers", "transformers", "accelerate", "numpy", "matplotlib")
+
+
+def heavy_modules_imported_by(*commands: list[str]) -> list[str]:
+    """Run benchc commands in a fresh interpreter; the heavy libraries they imported."""
+    code = (
+        "import sys; from benchc.cli import main\n"
+        f"rc = 0\nfor args in {list(commands)!r}:\n    rc |= main(args)\n"
+        f"print(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r}))\nsys.exit(rc)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return eval(proc.stdout.strip().splitlines()[-1])  # a list literal printed by the child
