@@ -189,7 +189,7 @@ def test_a_store_of_the_previous_version_holding_one_file_twice_opens_keeps_both
     listed = cli("runs", db=db)
     assert listed.code == 0 and "first" in listed.out and "second" in listed.out
     with Store(db) as store:
-        assert store.schema_version == SCHEMA_VERSION == 3
+        assert store.schema_version == SCHEMA_VERSION == 4
     refused(cli("ingest", str(path), db=db), "is already in the results store as run first")
     assert cli("ingest", str(path), "--force", db=db).code == 0
     connection = sqlite3.connect(db)

@@ -196,7 +196,7 @@ def test_store_versions_and_bad_files(tmp_path):
 
     db = tmp_path / "r.db"
     with Store(db) as store:
-        assert store.schema_version == SCHEMA_VERSION == 3
+        assert store.schema_version == SCHEMA_VERSION == 4
     with Store(db) as store:  # opening again migrates nothing
         assert store.schema_version == SCHEMA_VERSION
     newer = tmp_path / "newer.db"
@@ -224,7 +224,7 @@ def test_a_version_1_store_is_migrated_and_keeps_its_runs(tmp_path):
     old.commit()
     old.close()
     with Store(db) as store:
-        assert store.schema_version == 3  # migrated through every version
+        assert store.schema_version == 4  # migrated through every version
         (record,) = store.runs()
     assert (record.id, record.status, record.job_id, record.metrics_sha256) == ("r1", "ok", None, None)
 

@@ -61,6 +61,26 @@ MIGRATIONS: tuple[str, ...] = (
         WHERE metrics_sha256 IS NOT NULL;
     CREATE UNIQUE INDEX runs_one_copy_number ON runs (metrics_sha256, metrics_copy);
     """,
+    # `benchc calibrate`: what a target really reaches on a host (calibrations.py). Inserted as
+    # "running" when the calibration starts and finished however it ends, as runs are.
+    """
+    CREATE TABLE calibrations (
+        id            TEXT PRIMARY KEY,
+        target        TEXT NOT NULL,
+        host          TEXT NOT NULL,
+        smoke         INTEGER NOT NULL,
+        world_size    INTEGER NOT NULL,
+        build_path    TEXT,
+        status        TEXT NOT NULL,
+        cause         TEXT,
+        data          TEXT,            -- JSON, the calibration program's file (calibration.json)
+        environment   TEXT NOT NULL,   -- JSON: host, platform, benchc version
+        runner_pid    INTEGER,
+        started_at    TEXT NOT NULL,   -- ISO 8601, UTC
+        ended_at      TEXT
+    );
+    CREATE INDEX calibrations_by_target ON calibrations (target, status, started_at);
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

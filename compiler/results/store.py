@@ -283,6 +283,12 @@ class Store:
                  ended_at or now(), job_state, exit_code, metrics_sha256, copy, started_at, run_id),
             )  # fmt: skip
 
+    def query(self, sql: str, parameters: tuple = ()) -> list[sqlite3.Row]:
+        """Rows of a read of another table of the store (calibrations.py); damage is told as
+        a damaged store."""
+        with self._reading():
+            return self._db.execute(sql, parameters).fetchall()
+
     def follow_job(self, run_id: str, status: str, job_state: str) -> None:
         """A submitted run that has not ended: its job's state (pending or running)."""
         if status not in ("pending", "running"):
