@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..diagnostics import BenchError, error
@@ -76,27 +76,44 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def execute(point: BuildPoint, run_dir: Path, timeout_s: float, on_line: Callable[[str], None]) -> Outcome:
+def execute(point: BuildPoint, run_dir: Path, timeout_s: float, on_line: Callable[[str], None],
+            program_args: Sequence[str] = ()) -> Outcome:  # fmt: skip
     """Launch `point`'s launch.sh; every output line goes to run_dir/log.txt and to on_line.
 
     A plan of several nodes runs every node here, each launcher as a node of a c10d
-    rendezvous on 127.0.0.1 (what a cluster does over its network, on loopback)."""
+    rendezvous on 127.0.0.1 (what a cluster does over its network, on loopback).
+    `program_args` follow `--metrics PATH` on the launcher's command line (for the program)."""
+    plan = point.manifest.plan
+    return launch(point.path, plan.nodes, plan.world_size, run_dir, timeout_s, on_line,
+                  program_args=program_args)  # fmt: skip
+
+
+OutputReader = Callable[[Path], tuple[dict | None, str | None]]
+
+
+def launch(path: Path, nodes: int, world: int, run_dir: Path, timeout_s: float,
+           on_line: Callable[[str], None], *, program_args: Sequence[str] = (),
+           read_output: OutputReader | None = None) -> Outcome:  # fmt: skip
+    """Launch the launch.sh in `path` (a build point, or another program benchc generates with
+    the same launchers) for `nodes` nodes of `world` processes in all, as execute() says.
+    `read_output`: reads the program's output file (default: a metrics file, checked against
+    its schema) into (its data or None, why it is invalid or None)."""
+    read_output = read_output or _checked_metrics
     run_dir.mkdir(parents=True, exist_ok=True)
     metrics_path = run_dir / "metrics.json"
     log_path = run_dir / "log.txt"
     # The interpreter running benchc runs the program unless PYTHON says otherwise.
     env = {"PYTHON": sys.executable, **os.environ, "PYTHONUNBUFFERED": "1"}
-    nodes = point.manifest.plan.nodes
     if nodes > 1:
         env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RDZV_ID=run_dir.name)
         # every node's launcher sees all of this machine's cores: share them among all ranks
-        world = point.manifest.plan.world_size
         env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // world)))
         for name in ("SLURM_JOB_NODELIST", "SLURM_JOB_NUM_NODES", "SLURM_JOB_ID"):
             env.pop(name, None)  # this machine is every node, whatever allocation benchc is in
     marker = str(run_dir.resolve())
     env[MARKER] = marker  # every process of this run inherits it: see processes.py
-    command = ["bash", str((point.path / "launch.sh").resolve()), "--metrics", str(metrics_path.resolve())]
+    command = ["bash", str((path / "launch.sh").resolve()), "--metrics", str(metrics_path.resolve()),
+               *program_args]  # fmt: skip
     started = time.monotonic()
     tail: deque[str] = deque(maxlen=LOG_TAIL_LINES)
     lock = threading.Lock()
@@ -114,7 +131,7 @@ def execute(point: BuildPoint, run_dir: Path, timeout_s: float, on_line: Callabl
                     tail.append(text)
                     on_line(text)
 
-        options = dict(cwd=point.path.resolve(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        options = dict(cwd=path.resolve(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                        text=True, errors="replace", bufsize=1, env=env, start_new_session=True)  # fmt: skip
         try:
             for index in range(nodes):
@@ -144,7 +161,7 @@ def execute(point: BuildPoint, run_dir: Path, timeout_s: float, on_line: Callabl
                 reader.join(max(0.0, deadline - time.monotonic()))
     elapsed = time.monotonic() - started
     log_tail = "\n".join(tail)
-    metrics, invalid = _checked_metrics(metrics_path)
+    metrics, invalid = read_output(metrics_path)
     failed = [p.returncode for p in processes if p.returncode != 0]
     returncode = failed[0] if failed else 0
     if ending == "timeout":
