@@ -11,8 +11,6 @@ import pytest
 # `pytestmark` or `@pytest.mark.integration` of their own: a module's every test (None), or the
 # tests of these names. A module that marks its tests itself needs no entry here.
 INTEGRATION: dict[str, set[str] | None] = {
-    "test_launchers.py": None,  # bash, shellcheck and torchrun on generated launchers
-    "test_run_command.py": None,  # `benchc run` and the store through real processes
     "test_codegen.py": {
         "test_compile_never_imports_torch",  # a fresh interpreter
         "test_generated_programs_are_formatted_and_lint_clean",  # ruff on each program

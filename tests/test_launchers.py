@@ -25,6 +25,9 @@ from benchc.catalog.targets import TARGETS
 
 from helpers import REPO, SPECS, free_port, run_cli
 
+# every test here starts processes (bash, shellcheck, torchrun, benchc)
+pytestmark = pytest.mark.integration
+
 SPEC_FILES = sorted(p.name for p in SPECS.glob("*.bench"))
 
 

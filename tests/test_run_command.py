@@ -20,6 +20,9 @@ from benchc.results.store import Store
 
 from helpers import REPO, run_benchc, run_cli
 
+# every test here starts processes (bash, shellcheck, torchrun, benchc)
+pytestmark = pytest.mark.integration
+
 
 def benchc(*args, db: Path, cwd: Path = REPO, timeout: int = 300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "benchc", *args, "--db", str(db)], cwd=cwd,
