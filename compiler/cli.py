@@ -22,8 +22,8 @@ from .runner.interrupts import Terminated, raise_terminated
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USER = 0, 1, 2
 # Commands that run and record work: a reader that leaves (`| head`) must not stop them halfway.
-LONG_WORK = {"run", "submit", "status", "cancel", "ingest"}
-GROUPS = ("build", "results", "cluster", "format", "estimate")  # compiler/commands/<group>.py
+LONG_WORK = {"run", "submit", "status", "cancel", "ingest", "calibrate"}
+GROUPS = ("build", "results", "cluster", "format", "estimate", "calibrate")  # compiler/commands/<group>.py
 # Which group holds each command, so that a command builds only its own group's options and
 # imports only its modules (tests/test_cli.py checks this against each group's COMMANDS).
 COMMAND_GROUPS = {
@@ -32,6 +32,7 @@ COMMAND_GROUPS = {
     **dict.fromkeys(("submit", "status", "cancel"), "cluster"),
     "fmt": "format",
     "estimate": "estimate",
+    "calibrate": "calibrate",
 }
 
 

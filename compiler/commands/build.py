@@ -20,6 +20,7 @@ def add_parsers(commands, variant_options) -> None:
     check_.add_argument(
         "--strict", action="store_true", help="treat warnings (a point that will not fit in memory) as errors"
     )
+    check_.add_argument("--db", metavar="PATH", help="results store whose calibrations are noted")
 
     plan_ = commands.add_parser("plan", help="show the resolved plan per target and sweep point")
     plan_.add_argument("spec", metavar="SPEC")
@@ -39,6 +40,7 @@ def add_parsers(commands, variant_options) -> None:
 
     targets_ = commands.add_parser("targets", help="list the known targets and their facts")
     targets_.add_argument("--json", action="store_true", help="print the target table as JSON")
+    targets_.add_argument("--db", metavar="PATH", help="results store whose calibrations are shown")
 
 
 def plan_args(args, spec=None):
@@ -60,6 +62,7 @@ def check(args) -> int:
     from ..console import emit
 
     failed = False
+    calibrations = stored_calibrations(args.db)
     for spec in args.specs:
         try:
             result = plan_args(args, spec)
@@ -73,8 +76,42 @@ def check(args) -> int:
             continue
         if result.warnings:
             emit(sys.stderr, format_diagnostics(result.warnings))
+        for target in result.targets:
+            if target in calibrations:
+                emit(sys.stderr, f"note: {target}: {_measured_note(calibrations[target])}")
         emit(sys.stdout, f"ok: {spec}: experiment {result.document.experiment}, {_what_is_built(result)}")
     return EXIT_USER if failed else EXIT_OK
+
+
+def stored_calibrations(db) -> dict:
+    """target -> its latest calibration in the store (results/calibrations.py); none where there
+    is no store or it cannot be read (check and targets still work without one)."""
+    import sqlite3
+
+    from ..results.calibrations import latest_calibrations
+    from ..results.store import open_existing
+
+    try:
+        store = open_existing(db)
+        if store is None:
+            return {}
+        with store:
+            return latest_calibrations(store)
+    except (BenchError, sqlite3.DatabaseError):
+        return {}
+
+
+def _measured_note(calibration) -> str:
+    """ "measured ceilings from benchc calibrate (HOST, DATE): fp32 0.41 TFLOP/s, memory 18 GB/s;
+    ..." for check."""
+    from ..figures import sig
+
+    figures = [f"{p} {sig(v)} TFLOP/s" for p, v in calibration.matmul_tflops.items() if p in ("bf16", "fp32")]
+    if calibration.memory_tb_s is not None:
+        figures.append(f"memory {sig(calibration.memory_tb_s * 1e3)} GB/s")
+    smoke = ", smoke sizes" if calibration.smoke else ""
+    return (f"measured ceilings from benchc calibrate ({calibration.host}, {calibration.date}{smoke}): "
+            f"{', '.join(figures)}; estimate and report use them beside the datasheet's")  # fmt: skip
 
 
 def plan(args) -> int:
@@ -157,8 +194,11 @@ def targets(args) -> int:
     def generated(t) -> list[str]:
         return [p for p in t.precisions if p not in NOT_GENERATED_PRECISIONS]
 
+    calibrations = stored_calibrations(args.db)
     if args.json:
-        facts = {name: {**asdict(t), "generated_precisions": generated(t)} for name, t in TARGETS.items()}
+        facts = {name: {**asdict(t), "generated_precisions": generated(t),
+                        "calibration": asdict(calibrations[name]) if name in calibrations else None}
+                 for name, t in TARGETS.items()}  # fmt: skip
         print(json.dumps(facts, indent=2, sort_keys=True))
         return EXIT_OK
 
@@ -181,4 +221,30 @@ def targets(args) -> int:
         "\nPeaks are dense per device; '-' = unknown (no MFU is computed from it). 'benchc runs': the "
         "precisions benchc generates programs in; 'chip only': the chip's, not generated yet."
     )
+    _print_measured(TARGETS, calibrations)
     return EXIT_OK
+
+
+def _print_measured(targets: dict, calibrations: dict) -> None:
+    """The measured ceilings (benchc calibrate) beside the datasheet's, a row per target."""
+    from ..figures import sig
+
+    if not calibrations:
+        print("\nNo calibrations stored: `benchc calibrate --target T` measures what a target reaches here.")
+        return
+
+    def pair(measured, datasheet, unit: str) -> str:
+        shown = "-" if measured is None else sig(measured)
+        return f"{shown} {unit} (datasheet {'-' if datasheet is None else sig(datasheet)})"
+
+    print("\nMeasured by benchc calibrate, per device:")
+    for name, c in calibrations.items():
+        t = targets[name]
+        memory = c.memory_tb_s
+        if memory is not None and memory < 1 and t.hbm_tb_s is None:  # a CPU's: GB/s reads better
+            memory_text = f"{sig(memory * 1e3)} GB/s (datasheet -)"
+        else:
+            memory_text = pair(memory, t.hbm_tb_s, "TB/s")
+        print(f"  {name}: bf16 {pair(c.matmul_tflops.get('bf16'), t.peak_tflops.get('bf16'), 'TFLOP/s')}, "
+              f"fp32 {pair(c.matmul_tflops.get('fp32'), t.peak_tflops.get('fp32'), 'TFLOP/s')}, "
+              f"memory {memory_text}; {c.provenance()}")  # fmt: skip

@@ -73,7 +73,7 @@ class Calibration:
         return None if self.memory_tb_s is None else self.memory_tb_s * 1e12
 
     def provenance(self) -> str:
-        """"measured on HOST on DATE" (and "smoke sizes" where they were)."""
+        """ "measured on HOST on DATE" (and "smoke sizes" where they were)."""
         sizes = ", smoke sizes" if self.smoke else ""
         return f"measured on {self.host} on {self.date}{sizes}"
 
@@ -164,3 +164,28 @@ def calibration_rows(store: Store, target: str | None = None) -> list[dict]:
                        "smoke": bool(row["smoke"]), "status": status, "cause": row["cause"],
                        "started_at": row["started_at"], "ended_at": row["ended_at"]})  # fmt: skip
     return listed
+
+
+def store_calibration_file(store: Store, data: dict, source: str) -> tuple[str, bool]:
+    """Store a calibration file written elsewhere (a Slurm job's, `benchc calibrate --ingest`)
+    as an ended row, at the times it ran; (its id, False) or, where the same file is stored
+    already, (that row's id, True) and nothing is written. `data` passed calibration_problem."""
+    started = data.get("started_at") or now()
+    with store.batch() as db:
+        same = db.execute("SELECT id FROM calibrations WHERE target = ? AND host = ? AND started_at = ?",
+                          (data["target"], data["host"], started)).fetchone()  # fmt: skip
+        if same is not None:
+            return same[0], True
+        status = data["status"]
+        error = data.get("error") or {}
+        cause = f"{error.get('type')}: {error.get('message')}" if error else None
+        calibration_id = new_id()
+        db.execute(
+            "INSERT INTO calibrations (id, target, host, smoke, world_size, build_path, status, cause,"
+            " data, environment, runner_pid, started_at, ended_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?)",
+            (calibration_id, data["target"], data["host"], int(data["smoke"]), data["world_size"], None,
+             status, cause, json.dumps(data), json.dumps({"host": data["host"], "ingested_from": source}),
+             started, data.get("ended_at") or started),
+        )  # fmt: skip
+    return calibration_id, False

@@ -86,7 +86,7 @@ def load_files(paths: list[Path], force: bool = False) -> list[Loaded]:
         try:
             metrics = load_metrics(path)
         except BenchError as exc:
-            problems.extend(exc.diagnostics)
+            problems.extend(_calibration_diagnostic(path) or exc.diagnostics)
             continue
         digest = metrics_sha256(metrics)
         if digest in seen and not force:
@@ -100,6 +100,21 @@ def load_files(paths: list[Path], force: bool = False) -> list[Loaded]:
     manifests: dict = {}
     return [Loaded(item.path, item.metrics, item.digest, manifest_near(item.path, item.metrics, manifests))
             for item in loaded]  # fmt: skip
+
+
+def _calibration_diagnostic(path: Path) -> list[Diagnostic]:
+    """Where `path` is a calibration file (a calibration's Slurm job writes metrics-1.json), the
+    one diagnostic that says how to store it; else none."""
+    from .untrusted_json import read_json_file
+
+    try:
+        data, _ = read_json_file(path, "calibration file")
+    except BenchError:
+        return []
+    if not isinstance(data, dict) or data.get("schema") != "benchc-calibration":
+        return []
+    return [Diagnostic(f"'{path}' is a calibration file, not a run's metrics", None,
+                       hint=f"store it with: benchc calibrate --ingest {path}")]  # fmt: skip
 
 
 def _copies_within(files: list[Loaded]) -> set[int]:
