@@ -316,3 +316,35 @@ def test_by_hand_sbatch_then_ingest_groups_the_trials_of_the_job(benchc, cluster
     page_dir = tmp_path / "reports"
     benchc("report", "-o", str(page_dir))
     assert "| 2 |" in (page_dir / "report.md").read_text()  # two trials, one row
+
+
+def test_a_calibration_runs_as_a_two_node_job_and_its_file_is_stored(benchc, tmp_path):
+    """docs/calibrate.md on a cluster: compile the calibration folder, sbatch its job.sbatch
+    (one rank on each node, gloo across them), then store its file with calibrate --ingest."""
+    out = tmp_path / "cal"
+    benchc("calibrate", "--target", "cpu", "--smoke", "--nodes", "2", "--devices", "1",
+           "--compile-only", "-o", str(out))  # fmt: skip
+    (point,) = out.iterdir()
+    env = {**benchc.env, "PYTHON": sys.executable}
+    job = subprocess.run(["sbatch", "--parsable", "job.sbatch"], cwd=point, env=env,
+                         capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    deadline = time.monotonic() + 180
+    state = ""
+    while time.monotonic() < deadline and "JobState=COMPLETED" not in state:
+        state = subprocess.run(["scontrol", "show", "job", job], env=env, capture_output=True,
+                               text=True).stdout  # fmt: skip
+        assert "JobState=FAILED" not in state, (point / f"slurm-{job}.out").read_text()
+        time.sleep(0.5)
+    assert "JobState=COMPLETED" in state, state
+    (written,) = (point / "runs" / f"slurm-{job}").glob("metrics-*.json")
+    data = json.loads(written.read_text())
+    assert data["status"] == "ok" and data["world_size"] == 2 and data["nodes"] == 2
+    hosts = set(NODES)
+    assert data["host"] in hosts, data["host"]
+    benchc("calibrate", "--ingest", str(written))
+    from benchc.results.calibrations import latest_calibrations
+
+    with Store(benchc.db) as store:
+        found = latest_calibrations(store)["cpu"]
+    assert found.world_size == 2 and set(found.bus_gb_s) == {"all_reduce", "all_gather", "reduce_scatter"}
+    assert all(value > 0 for value in found.bus_gb_s.values()) and found.matmul_tflops["fp32"] > 0
