@@ -413,3 +413,104 @@ def test_estimate_and_strict_check_never_import_torch():
         ["estimate", "specs/sd3.bench"], ["estimate", "--json", "specs/beluga-infer.bench"],
         ["check", "--strict", "specs/beluga-train.bench"],
     ) == []  # fmt: skip
+
+
+# ------------------------------------------------------------------ measured ceilings
+
+
+def _calibrated_store(tmp_path, target: str, tflops: dict, memory_tb_s: float, bus: dict):
+    """A real store holding one finished calibration of `target`, as benchc calibrate stores it."""
+    from benchc.results.calibrations import finish_calibration, start_calibration
+    from benchc.results.store import Store
+
+    db = tmp_path / "r.db"
+    data = {"schema": "benchc-calibration", "schema_version": 1, "status": "ok", "target": target,
+            "host": "node-7", "smoke": False, "nodes": 1, "world_size": 2, "device_name": None,
+            "matmul_tflops": tflops, "memory_tb_s": memory_tb_s, "host_to_device_gb_s": None,
+            "collectives": {k: {"bus_gb_s": v, "bytes": 1 << 20} for k, v in bus.items()},
+            "launch_us": 4.0}  # fmt: skip
+    with Store(db) as store:
+        calibration_id = start_calibration(store, target=target, host="node-7", smoke=False, world_size=2,
+                                           build_path=None, environment={})  # fmt: skip
+        finish_calibration(store, calibration_id, "ok", None, data)
+    return db
+
+
+def _without_measured(text: str) -> str:
+    """The estimate's text as it is without a calibration: each line's measured part removed."""
+    kept = [line.split("; measured")[0].split("; at the measured ceilings")[0] for line in text.splitlines()]
+    return "\n".join(line for line in kept if not line.startswith("  calibration ")) + "\n"
+
+
+def test_estimate_gives_the_measured_figure_after_the_datasheets_on_every_roofline_line(tmp_path):
+    from benchc.figures import sig
+    from benchc.plan.roofline import Ceilings
+
+    db = _calibrated_store(tmp_path, "h100", {"bf16": 790.0}, 3.0, {"all_reduce": 360.0})
+    plain = run_cli("estimate", "specs/sd3.bench", "-t", "h100", cwd=REPO)
+    calibrated = run_cli("estimate", "specs/sd3.bench", "-t", "h100", "--db", str(db), cwd=REPO)
+    assert plain.code == calibrated.code == 0, calibrated.err
+    assert _without_measured(calibrated.out) == plain.out  # the datasheet's figures, unchanged
+    assert "  calibration measured ceilings (benchc calibrate, node-7, " in calibrated.out
+    plan = _plan(SPECS / "sd3.bench", "train.batch=16", target="h100")
+    measured = roofline(plan, Ceilings({"bf16": 790e12}, 3.0, {"all_reduce": 360.0}))
+    compute = measured.phases[0].bounds[0]
+    assert compute.seconds == pytest.approx(roofline(plan).phases[0].bounds[0].seconds * 989 / 790)
+    block = calibrated.out.split("\n\n")[0]
+    line = next(x for x in block.splitlines() if x.startswith("    compute "))
+    assert line.endswith(f"; measured {sig(compute.seconds * 1e3)} ms at 790 TFLOP/s bf16"), line
+    bound = next(x for x in block.splitlines() if x.startswith("  bound "))
+    assert bound.endswith(f"at the measured ceilings at most {sig(measured.best)} images/s "
+                          f"({sig(measured.best / measured.world)} per device)"), bound  # fmt: skip
+    assert measured.best < roofline(plan).best  # lower ceilings, a lower bound
+
+
+def test_the_cpu_gets_a_bound_only_from_a_calibration(tmp_path):
+    from benchc.figures import sig
+    from benchc.plan.roofline import Ceilings
+    from benchc.results.store import Store
+
+    empty = tmp_path / "none.db"
+    Store(empty).close()  # a store with no calibration: the output is today's
+    before = run_cli("estimate", "specs/sd3.bench", "--smoke", "-t", "cpu", "--db", str(empty), cwd=REPO)
+    assert before.code == 0 and before.out == run_cli("estimate", "specs/sd3.bench", "--smoke", "-t", "cpu",
+                                                      cwd=REPO).out  # fmt: skip
+    assert "bound       none: the target lacks the figures\n" in before.out and "measured" not in before.out
+    smoke = plan_spec(SPECS / "sd3.bench", ["cpu"], ["train.batch=16"], smoke=True).plans[0]
+    tflops = {smoke.workload.precision: 0.2}
+    db = _calibrated_store(tmp_path, "cpu", tflops, 0.018, {"all_reduce": 3.0})
+    after = run_cli("estimate", "specs/sd3.bench", "--smoke", "-t", "cpu", "--db", str(db), cwd=REPO)
+    assert after.code == 0, after.err
+    measured = roofline(smoke, Ceilings({k: v * 1e12 for k, v in tflops.items()}, 0.018, {"all_reduce": 3.0}))
+    assert measured.best is not None and roofline(smoke).best is None
+    bound = next(x for x in after.out.split("\n\n")[0].splitlines() if x.startswith("  bound "))
+    per_device = sig(measured.best / measured.world)
+    assert bound == (f"  bound       none: the target lacks the figures; at the measured ceilings at most "
+                     f"{sig(measured.best)} images/s ({per_device} per device)")  # fmt: skip
+
+
+def test_estimate_json_says_which_calibration_it_used(tmp_path):
+    db = _calibrated_store(tmp_path, "h100", {"bf16": 790.0}, 3.0, {"all_reduce": 360.0})
+    data = json.loads(run_cli("estimate", "specs/sd3.bench", "--json", "--db", str(db), cwd=REPO).out)
+    by_target = {e["target"]: e["calibration"] for e in data["estimates"]}
+    assert by_target["gaudi2"] is None and by_target["a100"] is None
+    used = by_target["h100"]
+    assert used["host"] == "node-7" and used["matmul_tflops"] == {"bf16": 790.0}
+    assert used["roofline"]["peak_flops_per_device"] == 790e12 and used["roofline"]["hbm_tb_s"] == 3.0
+
+
+def test_a_ceiling_the_calibration_did_not_measure_is_the_datasheets_and_says_so():
+    from benchc.plan.roofline import Ceilings
+
+    plan = _plan(SPECS / "sd3.bench", "train.batch=16", target="h100")  # bf16, DDP over 16 devices
+    datasheet = roofline(plan)
+    unmeasured = roofline(plan, Ceilings({"fp32": 50e12}, None, {}))  # no bf16, no copy, no collective
+    assert [b.seconds for p in unmeasured.phases for b in p.bounds] == [
+        b.seconds for p in datasheet.phases for b in p.bounds
+    ]
+    assert unmeasured.best == datasheet.best and unmeasured.peak_flops == datasheet.peak_flops
+    compute, memory, link = unmeasured.phases[0].bounds
+    assert compute.ceiling == "989 TFLOP/s bf16 (datasheet)" and memory.ceiling == "3.35 TB/s (datasheet)"
+    assert link.ceiling == "450 GB/s scale-up (datasheet), 50 GB/s scale-out (datasheet)"
+    measured = roofline(plan, Ceilings({"bf16": 790e12}, 3.0, {"all_reduce": 360.0}))
+    assert link.seconds < measured.phases[0].bounds[2].seconds  # 360 GB/s bus is slower than 450

@@ -2,6 +2,11 @@
 the memory per device against the target's, the roofline bounds and the throughput they
 allow, and what each published reference implies. A training step's roofline shows its total,
 then each phase (forward+backward, the optimizer) with its bounds. Never imports torch.
+
+Where the results store holds a calibration of a plan's target (`benchc calibrate`), the
+roofline is also taken against the measured ceilings, and each line gives both figures: the
+datasheet's, then the measured one (the cpu target, which states no peak, gets its bound this
+way). Without one the text is as it always was; `--json` says "calibration": null.
 """
 
 from __future__ import annotations
@@ -22,6 +27,11 @@ def add_parsers(commands, variant_options) -> None:
     estimate_.add_argument("spec", metavar="SPEC")
     variant_options(estimate_)
     estimate_.add_argument("--json", action="store_true", help="print the estimates as JSON")
+    estimate_.add_argument(
+        "--db", metavar="PATH",
+        help="results store whose calibrations add measured ceilings (default: $BENCHC_RESULTS or "
+        ".benchc/results.db)",
+    )  # fmt: skip
 
 
 def _gb(value: float | None) -> str:
@@ -69,8 +79,20 @@ def _flops_lines(plan) -> list[str]:
             "and VAE not counted"]  # fmt: skip
 
 
-def _record(plan) -> dict:
-    """The estimate of one plan as plain data: what --json prints and the text shows."""
+def _calibration_json(plan, calibration) -> dict | None:
+    """The calibration used, with the roofline against its ceilings (None: none stored)."""
+    from ..plan.roofline import roofline
+    from ..report.ceilings import calibration_json, measured_ceilings
+
+    if calibration is None:
+        return None
+    measured = roofline(plan, measured_ceilings(calibration))
+    return {**calibration_json(calibration), "roofline": measured.record()}
+
+
+def _record(plan, calibration=None) -> dict:
+    """The estimate of one plan as plain data: what --json prints and the text shows; with the
+    roofline against the measured ceilings of `calibration` where one is stored."""
     from ..plan.memory import estimate_memory, parameters
     from ..plan.roofline import judge, roofline
 
@@ -118,6 +140,7 @@ def _record(plan) -> dict:
             }
             for v in verdicts
         ],  # fmt: skip
+        "calibration": _calibration_json(plan, calibration),
     }
 
 
@@ -138,7 +161,54 @@ def _fit_line(record: dict, target: str) -> str:
     return f"{total} {of}: does NOT fit, {_gb(over)} over ({_figure(share)}x the memory)"
 
 
-def _text(record: dict, plan) -> str:
+def _measured_bound(line) -> str:
+    """The bound line's measured part: what the measured ceilings allow."""
+    if line.best is None:
+        return "at the measured ceilings: none (the calibration lacks the figures)"
+    if line.lower_is_better:
+        return f"at the measured ceilings at least {_figure(line.best)} {line.unit}"
+    return (f"at the measured ceilings at most {_figure(line.best)} {line.unit} "
+            f"({_figure(line.best / line.world)} per device)")  # fmt: skip
+
+
+def _with_measured(lines: list[str], record: dict, measured) -> list[str]:
+    """The roofline and bound lines of `lines` with the measured figure after the datasheet's,
+    and the line that says where the measured ceilings come from."""
+    from ..report.ceilings import source
+
+    calibration = record["calibration"]
+    figures = [f"{p} {_figure(v)} TFLOP/s" for p, v in sorted(calibration["matmul_tflops"].items())]
+    if calibration["memory_tb_s"] is not None:
+        figures.append(f"memory {_figure(calibration['memory_tb_s'])} TB/s")
+    figures += [f"{k} {_figure(v)} GB/s bus" for k, v in sorted(calibration["bus_gb_s"].items())]
+    provenance = (f"  calibration measured ceilings ({source(measured.calibration)}): {', '.join(figures)}; "
+                  "each roofline line gives the datasheet's figure, then the measured one")  # fmt: skip
+    out, phase_index, bounds = [], -1, iter(())
+    for text in lines:
+        if text.startswith("  roofline    ") and provenance:
+            out.append(provenance)
+            provenance = ""
+        if text.startswith("  roofline    per step: "):
+            text += f"; measured: {_seconds(measured.line.seconds)}"
+        elif text.startswith("  roofline    "):
+            phase_index += 1
+            phase = measured.line.phases[phase_index]
+            bounds = iter(phase.bounds)
+            binding = f", {phase.binding.name}-bound" if phase.binding else ", no bound"
+            text += f"; measured: {_seconds(phase.seconds)}{binding}"
+        elif text.startswith("    ") and phase_index >= 0 and not text.startswith("    ("):
+            bound = next(bounds, None)
+            if bound is not None:
+                binds = " (binds)" if bound is measured.line.phases[phase_index].binding else ""
+                at = f" at {bound.ceiling}" if bound.ceiling else f" ({bound.detail})"
+                text += f"; measured {_seconds(bound.seconds)}{at}{binds}"
+        elif text.startswith("  bound       "):
+            text += f"; {_measured_bound(measured.line)}"
+        out.append(text)
+    return out
+
+
+def _text(record: dict, plan, measured=None) -> str:
     point = ", ".join(f"{k}={v}" for k, v in record["point_values"].items()) or "no sweep"
     smoke = "  [smoke]" if record["smoke"] else ""
     lines = [f"{record['experiment']} / {record['target']} / {record['point']}{smoke}",
@@ -191,17 +261,47 @@ def _text(record: dict, plan) -> str:
         lines.append(
             f'  reference   "{ref["label"]}" {ref["value"]:g} {ref["unit"]}: {flag}{ref["arithmetic"]}'
         )
+    if measured is not None:
+        lines = _with_measured(lines, record, measured)
     return printable("\n".join(lines))
+
+
+class _Measured:
+    """A plan's roofline against the measured ceilings, with the calibration they came from."""
+
+    def __init__(self, plan, calibration) -> None:
+        from ..plan.roofline import roofline
+        from ..report.ceilings import measured_ceilings
+
+        self.calibration = calibration
+        self.line = roofline(plan, measured_ceilings(calibration))
+
+
+def _calibrations(db) -> dict:
+    """target -> its latest calibration in the store (none where there is no store)."""
+    from ..results.calibrations import latest_calibrations
+    from ..results.store import open_existing
+
+    store = open_existing(db or None)
+    if store is None:
+        return {}
+    with store:
+        return latest_calibrations(store)
 
 
 def estimate(args) -> int:
     from .build import plan_args
 
     result = plan_args(args)
-    records = [(_record(plan), plan) for plan in result.plans]
+    calibrations = _calibrations(getattr(args, "db", None))
+    records = [(_record(plan, calibrations.get(plan.target.name)), plan) for plan in result.plans]
     if args.json:
         payload = {"experiment": result.document.experiment, "estimates": [r for r, _ in records]}
         print(json.dumps(payload, indent=2, sort_keys=True))
     else:
-        print("\n\n".join(_text(record, plan) for record, plan in records))
+        texts = []
+        for record, plan in records:
+            calibration = calibrations.get(plan.target.name)
+            texts.append(_text(record, plan, _Measured(plan, calibration) if calibration else None))
+        print("\n\n".join(texts))
     return EXIT_OK

@@ -18,6 +18,12 @@ Collectives: a group of n nodes x g devices per node runs the bandwidth-optimal
 hierarchical algorithm; per device, an all-reduce (k = 2) or an all-gather/reduce-scatter
 (k = 1) of S bytes moves k (g - 1)/g S over scale-up and k (n - 1)/n S/g over scale-out.
 The layout (nodes, world size, sharding, ZeRO stage) is read from plan.dims (plan/parallel.py).
+
+Ceilings: by default the target's datasheet figures; `roofline(plan, ceilings)` takes others
+instead (what `benchc calibrate` measured: report/ceilings.py makes them), the same arithmetic
+against the measured matmul FLOP/s, copy bandwidth and per-collective bus bandwidth (scale-out
+stays the datasheet's: a calibration runs on one host), and the datasheet's figure, marked so,
+for one the calibration did not measure.
 """
 
 from __future__ import annotations
@@ -25,19 +31,13 @@ from __future__ import annotations
 from ..catalog.metrics import METRICS
 from ..figures import normal_unit, sig
 from ..records import frozen
+from .bounds import Bound, Ceilings, measured_compute, measured_interconnect, measured_memory
+from .bounds import gb as _gb
 from .flops import llama_generate_flops
 from .memory import BYTES, FP32, local_weights, optimizer_states, parameters
 from .types import InferWorkload, LlamaModel, Plan
 
 RECOMPUTE = 4 / 3  # activation checkpointing runs the forward again: 4 passes' FLOPs, not 3
-
-
-@frozen
-class Bound:
-    name: str  # compute | memory | interconnect
-    seconds: float | None  # None: the target lacks the figure
-    detail: str  # the arithmetic
-    amount: float = 0.0  # what the resource must do per device: FLOPs, or bytes moved
 
 
 @frozen
@@ -124,14 +124,9 @@ class Roofline:
         }
 
 
-def _gb(value: float) -> str:
-    """Decimal units: GB, or MB/kB for a smoke model."""
-    for scale, unit in ((1e9, "GB"), (1e6, "MB"), (1e3, "kB")):
-        if abs(value) >= scale or unit == "kB":
-            return f"{value / scale:,.1f} {unit}"
-
-
-def _compute(plan: Plan, flops: float, what: str) -> Bound:
+def _compute(plan: Plan, flops: float, what: str, ceilings: Ceilings | None = None) -> Bound:
+    if ceilings is not None:
+        return measured_compute(plan, flops, what, ceilings)
     peak = plan.target.peak_flops(plan.workload.precision)
     if peak is None:
         return Bound(
@@ -144,7 +139,9 @@ def _compute(plan: Plan, flops: float, what: str) -> Bound:
                  f"{plan.workload.precision} peak", flops)  # fmt: skip
 
 
-def _memory(plan: Plan, nbytes: float, what: str) -> Bound:
+def _memory(plan: Plan, nbytes: float, what: str, ceilings: Ceilings | None = None) -> Bound:
+    if ceilings is not None:
+        return measured_memory(plan, nbytes, what, ceilings)
     bandwidth = plan.target.hbm_tb_s
     if bandwidth is None:
         return Bound("memory", None, f"{_gb(nbytes)} ({what}); no HBM bandwidth for {plan.target.name}",
@@ -153,13 +150,17 @@ def _memory(plan: Plan, nbytes: float, what: str) -> Bound:
                  nbytes)  # fmt: skip
 
 
-def _interconnect(plan: Plan, collectives: list[tuple[str, float, int, float]]) -> Bound | None:
+def _interconnect(
+    plan: Plan, collectives: list[tuple[str, float, int, float]], ceilings: Ceilings | None = None
+) -> Bound | None:
     """collectives: (what, bytes S, k, count) over a group of all nodes x devices_per_node."""
     n, g = plan.dims.nodes, plan.dims.devices_per_node
     up = sum(count * k * (g - 1) / g * size for _, size, k, count in collectives)
     out = sum(count * k * (n - 1) / n * size / g for _, size, k, count in collectives)
     if not up and not out:
         return None
+    if ceilings is not None:
+        return measured_interconnect(plan, collectives, ceilings, up, out)
     t = plan.target
     what = " + ".join(f"{count:g} x {name}" for name, _, _, count in collectives)
     times, parts = [], []
@@ -174,17 +175,17 @@ def _interconnect(plan: Plan, collectives: list[tuple[str, float, int, float]]) 
     return Bound("interconnect", max(times), f"{what}: " + ", ".join(parts) + " per device", up + out)
 
 
-def _passes(plan: Plan) -> Phase:
+def _passes(plan: Plan, ceilings: Ceilings | None = None) -> Phase:
     w, p, dims = plan.workload, plan.cost.params, plan.dims
     b, world = BYTES[w.precision], dims.world_size
     checkpointing = plan.parallel.activation_checkpointing
     flops = plan.cost.train_flops_per_sample * w.global_batch / world * (RECOMPUTE if checkpointing else 1)
     what = f"global batch {w.global_batch} / {world} devices" + (", x 4/3 recompute" if checkpointing else "")
-    bounds = [_compute(plan, flops, what)]
+    bounds = [_compute(plan, flops, what, ceilings)]
     passes = 3 if checkpointing else 2
     traffic = w.grad_accum * (passes + 1) * b * p
     what = f"{w.grad_accum} x ({passes} weight reads + 1 gradient write) x {b} B x P"
-    bounds.append(_memory(plan, traffic, what))
+    bounds.append(_memory(plan, traffic, what, ceilings))
     collectives = []
     if dims.distributed and dims.effective_sharding == "none":
         collectives = [("all-reduce of fp32 gradients", FP32 * p, 2, 1)]
@@ -201,7 +202,7 @@ def _passes(plan: Plan) -> Phase:
             collectives.append((f"all-gather of {b}-byte weights", b * p, 1, 2 * w.grad_accum))
         else:
             collectives.append((f"all-gather of updated {b}-byte weights", b * p, 1, 1))
-    link = _interconnect(plan, collectives)
+    link = _interconnect(plan, collectives, ceilings)
     return Phase("forward+backward", tuple(bounds + ([link] if link else [])))
 
 
@@ -213,7 +214,7 @@ def optimizer_bytes(states: int, grad: int = FP32) -> int:
     return FP32 + grad + FP32 * states + FP32 + FP32 * states
 
 
-def _optimizer(plan: Plan) -> Phase:
+def _optimizer(plan: Plan, ceilings: Ceilings | None = None) -> Phase:
     """The optimizer step after the backward: this device's parameters (P, or P/N where the
     states are sharded) through one fused pass over HBM. The gradient it reads is fp32 in
     every generated program: DDP's of fp32 weights, FSDP2's reduce-scatter in fp32, DeepSpeed's
@@ -226,15 +227,15 @@ def _optimizer(plan: Plan) -> Phase:
     reads, writes = ((f"weight, gradient and {held}", f"weight and {held}") if states
                      else ("weight and gradient", "weight"))  # fmt: skip
     what = f"{name}: reads the fp32 {reads}, writes the {writes}: {per} B x P" + (" / N" if sharded else "")
-    return Phase("optimizer", (_memory(plan, per * (p / n if sharded else p), what),))
+    return Phase("optimizer", (_memory(plan, per * (p / n if sharded else p), what, ceilings),))
 
 
-def _training(plan: Plan) -> tuple[Phase, Phase]:
+def _training(plan: Plan, ceilings: Ceilings | None = None) -> tuple[Phase, Phase]:
     """Forward and backward, then the optimizer step: in turn, so their times add up."""
-    return _passes(plan), _optimizer(plan)
+    return _passes(plan, ceilings), _optimizer(plan, ceilings)
 
 
-def _generation(plan: Plan) -> tuple[Phase, ...]:
+def _generation(plan: Plan, ceilings: Ceilings | None = None) -> tuple[Phase, ...]:
     m, w, t = plan.model, plan.workload, plan.dims.tensor
     b, batch, ins, outs = BYTES[w.precision], w.batch, w.input_tokens, w.output_tokens
     shape = (m.hidden, m.layers, m.heads, m.kv_heads, m.intermediate, m.vocab)
@@ -249,13 +250,14 @@ def _generation(plan: Plan) -> tuple[Phase, ...]:
             return []
         size = batch * tokens * m.hidden * b
         link = _interconnect(
-            plan, [(f"all-reduce of {tokens} tokens x batch x h x b", size, 2, 2 * m.layers)]
+            plan, [(f"all-reduce of {tokens} tokens x batch x h x b", size, 2, 2 * m.layers)], ceilings
         )
         return [link] if link else []
 
     prefill = Phase("prefill", (
-        _compute(plan, batch * prefill_flops / t, f"batch {batch} x {ins} input tokens{split}"),
-        _memory(plan, weights + batch * ins * per_token, "the weights once, the input's KV cache written"),
+        _compute(plan, batch * prefill_flops / t, f"batch {batch} x {ins} input tokens{split}", ceilings),
+        _memory(plan, weights + batch * ins * per_token, "the weights once, the input's KV cache written",
+                ceilings),
         *tensor_parallel(ins),
     ))  # fmt: skip
     steps = outs - 1
@@ -263,15 +265,15 @@ def _generation(plan: Plan) -> tuple[Phase, ...]:
         return (prefill,)
     context = steps * ins + steps * (steps + 1) // 2  # tokens attended over the decode steps
     decode = Phase("decode", (
-        _compute(plan, batch * decode_flops / t, f"batch {batch} x {steps} decode steps{split}"),
+        _compute(plan, batch * decode_flops / t, f"batch {batch} x {steps} decode steps{split}", ceilings),
         _memory(plan, steps * weights + batch * (context + steps) * per_token,
-                f"{steps} steps x weights {_gb(weights)}, + the KV cache read and written"),
+                f"{steps} steps x weights {_gb(weights)}, + the KV cache read and written", ceilings),
         *tensor_parallel(steps),
     ))  # fmt: skip
     return prefill, decode
 
 
-def _pipeline(plan: Plan) -> Phase:
+def _pipeline(plan: Plan, ceilings: Ceilings | None = None) -> Phase:
     w = plan.workload
     b = BYTES[w.precision]
     counts = parameters(plan)
@@ -280,25 +282,26 @@ def _pipeline(plan: Plan) -> Phase:
     return Phase("call", (
         _compute(plan, plan.cost.forward_flops_per_sample * w.batch,
                  f"batch {w.batch} x {w.denoising_steps} steps x {2 if w.classifier_free_guidance else 1} "
-                 "MMDiT passes (CFG)"),
-        _memory(plan, nbytes, f"MMDiT weights x {w.denoising_steps} steps + text encoders once"),
+                 "MMDiT passes (CFG)", ceilings),
+        _memory(plan, nbytes, f"MMDiT weights x {w.denoising_steps} steps + text encoders once", ceilings),
     ))  # fmt: skip
 
 
-def roofline(plan: Plan) -> Roofline:
+def roofline(plan: Plan, ceilings: Ceilings | None = None) -> Roofline:
+    """The plan's roofline against the target's datasheet figures, or against `ceilings`."""
     w, metric, world = plan.workload, plan.measure.metric, plan.dims.world_size
     lower = METRICS[metric].lower_is_better
     if not isinstance(w, InferWorkload):
-        phases = _training(plan)
+        phases = _training(plan, ceilings)
         tokens = w.seq_len if isinstance(plan.model, LlamaModel) else 1
         items, per = w.global_batch * tokens, plan.cost.train_flops_per_sample / tokens
         label = "token" if tokens > 1 else "image"
     elif isinstance(plan.model, LlamaModel):
-        phases = _generation(plan)
+        phases = _generation(plan, ceilings)
         items, label = w.batch * w.output_tokens, "output token"
         per = plan.cost.forward_flops_per_sample / w.output_tokens  # the sequence's, over its outputs
     else:
-        phases = (_pipeline(plan),)
+        phases = (_pipeline(plan, ceilings),)
         items, per, label = w.batch, plan.cost.forward_flops_per_sample, "image"
     seconds = [p.seconds for p in phases]
     best = None
@@ -312,6 +315,9 @@ def roofline(plan: Plan) -> Roofline:
         elif metric == "tpot_s":  # generation: the decode phase over its steps
             best = seconds[-1] / max(w.output_tokens - 1, 1) if len(phases) > 1 else None
     peak = plan.target.peak_flops(w.precision)
+    hbm = plan.target.hbm_tb_s
+    if ceilings is not None:
+        peak, hbm = ceilings.peak_flops.get(w.precision) or peak, ceilings.hbm_tb_s or hbm  # as the bounds
     return Roofline(
         phases,
         metric,
@@ -323,7 +329,7 @@ def roofline(plan: Plan) -> Roofline:
         label,
         items,
         peak,
-        plan.target.hbm_tb_s,
+        hbm,
     )
 
 

@@ -9,10 +9,14 @@ placed beside its row, or listed with the reason it was not.
 Stored plans are read as the store keeps them: each is checked with the stored plans' schema
 (results/plans.py: nothing required, as an earlier benchc kept fewer fields), and one that
 passes is read with ManifestPlan.read (compiler/manifest.py), which gives what it lacks as none.
+Each section also carries the latest calibration of each of its targets where the caller asked
+the store (report/ceilings.py), and each row its latest trial's profile, checked
+(report/profile.py).
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import replace
 
@@ -24,6 +28,7 @@ from ..results.manifests import HOW_TO_GIVE_ONE
 from ..results.metrics import validation_problems
 from ..results.plans import stored_plan_problem
 from ..results.store import RunRecord
+from .profile import profile_of
 from .stats import Summary, summarize
 
 
@@ -70,6 +75,9 @@ class Row:
     runtime: str = "torch"  # what drove the program: torch, or accelerate
     optimize: str | None = None  # the optimisation tier: tuned or plain (None: not recorded)
     optimize_detail: dict | None = None  # knob -> value the tier set, as the program saw it
+    precision: str | None = None  # the plan's workload precision (None: not kept)
+    achieved_per_device: float | None = None  # model FLOP/s per device (median over trials)
+    profile: dict | None = None  # the latest trial's profile, checked (report/profile.py)
 
 
 @frozen
@@ -85,6 +93,7 @@ class Section:
     unplaced: tuple[tuple[str, str], ...]  # (reference label, why it is not in the table)
     prices: dict | None = None  # the spec's `prices` block, as its plan keeps it (None: none)
     description: str | None = None  # the spec's `description`, as its plan keeps it
+    calibrations: dict | None = None  # target -> its latest Calibration (None: the store was not asked)
 
 
 def _median(values):
@@ -145,6 +154,8 @@ def _row(trials: list[RunRecord], metric: Metric) -> Row | None:
     mfus = [m["flops"]["mfu"] for m in metrics if m.get("flops", {}).get("mfu") is not None]
     peaks = [(m.get("flops") or {}).get("peak_per_device") for m in metrics]
     work = [(m.get("flops") or {}).get("model_flops_per_sample") for m in metrics]
+    achieved = [_positive((m.get("flops") or {}).get("achieved_per_device")) for m in metrics]
+    profiles = [p for p in (profile_of(m.get("profile")) for m in metrics) if p is not None]
     last = ok[-1]
     return Row(
         experiment=last.experiment, smoke=last.smoke, point=last.point, point_values=last.point_values,
@@ -169,7 +180,21 @@ def _row(trials: list[RunRecord], metric: Metric) -> Row | None:
         references=(), run_ids=tuple(t.id for t in ok),
         runtime=str(metrics[-1].get("runtime") or "torch"),  # programs before runtimes: torch
         optimize=_tier(metrics[-1]), optimize_detail=_knobs(metrics[-1]),
+        achieved_per_device=_median_or_none(achieved), profile=profiles[-1] if profiles else None,
     )  # fmt: skip
+
+
+def _positive(value) -> float | None:
+    """A positive finite number from the metrics (the store is not trusted), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value) if value > 0 else None
+
+
+def _precision(plan: ManifestPlan) -> str | None:
+    workload = plan.raw.get("workload") if isinstance(plan.raw, dict) else None
+    value = workload.get("precision") if isinstance(workload, dict) else None
+    return value if value in ("fp32", "bf16", "fp16", "fp8") else None
 
 
 def _tier(metrics: dict) -> str | None:
@@ -239,7 +264,10 @@ def _place_references(
     return rows, unplaced
 
 
-def sections(runs: list[RunRecord], baseline: str | None = None) -> list[Section]:
+def sections(runs: list[RunRecord], baseline: str | None = None, calibrations: dict | None = None
+             ) -> list[Section]:  # fmt: skip
+    """The report's sections; `calibrations` (results/calibrations.latest_calibrations of the
+    store) adds measured ceilings beside the datasheet's (None: the store was not asked)."""
     latest: dict[tuple, str] = {}
     for run in runs:  # ordered by start time: the last finished series per row wins
         if run.status not in ("running", "pending"):
@@ -262,7 +290,7 @@ def sections(runs: list[RunRecord], baseline: str | None = None) -> list[Section
         if row is not None:
             line = plan.roofline
             why = row.no_roofline if line else _no_roofline(trials[-1])
-            row = replace(row, roofline=line, no_roofline=why)
+            row = replace(row, roofline=line, no_roofline=why, precision=_precision(plan))
             by_section[(experiment, smoke)].append(row)
             plans[(experiment, smoke)][(point, target)] = plan
     result = []
@@ -282,5 +310,7 @@ def sections(runs: list[RunRecord], baseline: str | None = None) -> list[Section
         result.append(Section(experiment, smoke, metric, chosen, points, targets, tuple(rows),
                               tuple(failures.get(key, [])), tuple(unplaced),
                               priced[-1] if priced else None,
-                              described[-1] if described else None))  # fmt: skip
+                              described[-1] if described else None,
+                              None if calibrations is None else
+                              {t: calibrations[t] for t in targets if t in calibrations}))  # fmt: skip
     return result

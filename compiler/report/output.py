@@ -133,15 +133,17 @@ def write_report(
     found: list[Section], out: Path, page_name: str, page_format: str, prices: Prices | None
 ) -> list[Path]:
     """The report page (`page_format`: md or html) and, where matplotlib is installed, each
-    section's charts, written into `out`; the files written, the page first."""
+    section's charts (its bars, its roofline, and where a run was profiled where its step's time
+    goes), written into `out`; the files written, the page first."""
     from .render import html_page, key, markdown
 
     try:
         import matplotlib  # noqa: F401 - the run extra's; charts are drawn only where it is
 
         from .plot import bar_chart, roofline_chart
+        from .profile import profile_chart
     except ImportError:
-        bar_chart = roofline_chart = None
+        bar_chart = roofline_chart = profile_chart = None
         print("benchc: no charts (matplotlib is not installed: pip install 'benchc[run]')", file=sys.stderr)
     charts: dict[tuple[str, bool], list[str]] = {}
     names = ChartNames()
@@ -158,6 +160,10 @@ def write_report(
                 roofline, lambda stream, section=section: roofline_chart(section, stream) is not None
             ):
                 charts[key(section)].append(roofline)  # only where a run can sit on a roofline
+            if any(row.profile is not None for row in section.rows):
+                profile = names.name(stem + "-profile")
+                folder.add(profile, lambda stream, section=section: profile_chart(section, stream))
+                charts[key(section)].append(profile)  # where a step's time goes
         page = markdown(found, charts, prices) if page_format == "md" else html_page(found, charts, prices)
         folder.add(page_name, lambda stream: stream.write(page.encode("utf-8")))
         written = folder.commit()

@@ -1,6 +1,7 @@
 """The bar chart of a report section: the headline metric per target, grouped by sweep point,
 with 95% confidence intervals where there are several trials and the published references as
-dashed lines across their bars. Charts are written as PNG to the stream or path given (the
+dashed lines across their bars; the roofline chart, with the measured ceilings (benchc calibrate)
+dashed beside the datasheet's. Charts are written as PNG to the stream or path given (the
 report writes them through report/output.py). A text from the store is shown as it is: a $ in
 it starts no matplotlib math (which could fail to parse and end the report)."""
 
@@ -95,12 +96,32 @@ def roofline_points(section: Section) -> list[tuple[str, float, float, float, fl
     return found
 
 
+def measured_roofline_points(section: Section) -> list[tuple[str, float, float, float, float]]:
+    """(label, FLOPs per HBM byte, achieved FLOP/s per device, measured matmul FLOP/s, measured
+    copy bytes/s) of each row whose target has a calibration with both figures for its
+    precision (report/ceilings.py): the cpu target gets a roofline this way."""
+    from .ceilings import calibration_of, measured_roof
+
+    found = []
+    for row in section.rows:
+        intensity = stored_number(row.roofline, "intensity_flops_per_byte")
+        roof = measured_roof(row, calibration_of(section, row))
+        achieved = row.achieved_per_device
+        if achieved is None and row.mfu is not None and row.peak_per_device is not None:
+            achieved = row.mfu * row.peak_per_device
+        if intensity is None or roof is None or achieved is None:
+            continue
+        found.append((f"{row.target} {row.point}", intensity, achieved, *roof))
+    return found
+
+
 def roofline_chart(section: Section, target: Path | BinaryIO) -> Path | BinaryIO | None:
     """Achieved FLOP/s per device against each target's roofline (min(peak, bandwidth x
-    intensity)), log-log, as PNG into `target`; None (nothing written) when no row of the
+    intensity)), log-log, as PNG into `target`: the datasheet's roof solid, the measured one
+    (benchc calibrate) dashed in the same colour; None (nothing written) when no row of the
     section can be placed."""
-    points = roofline_points(section)
-    if not points:
+    points, measured = roofline_points(section), measured_roofline_points(section)
+    if not points and not measured:
         return None
     import matplotlib
 
@@ -108,19 +129,33 @@ def roofline_chart(section: Section, target: Path | BinaryIO) -> Path | BinaryIO
     import matplotlib.pyplot as plt
 
     figure, axes = plt.subplots(figsize=(7.0, 4.6), dpi=100)
-    low = min(p[1] for p in points) / 10
-    high = max(max(p[1] for p in points) * 10, max(p[3] / p[4] for p in points) * 4)
+    every = points + measured
+    low = min(p[1] for p in every) / 10
+    high = max(max(p[1] for p in every) * 10, max(p[3] / p[4] for p in every) * 4)
     xs = [low * (high / low) ** (i / 200) for i in range(201)]
-    roofs = {}
-    for index, (label, intensity, achieved, peak, hbm) in enumerate(points):
+    roofs: dict[str, str] = {}
+
+    def roof(name: str, peak: float, hbm: float, dashed: bool) -> str:
+        style = {"color": roofs[name]} if name in roofs else {}
+        kind = " (measured)" if dashed else ""
+        (line,) = axes.plot(xs, [min(peak, hbm * x) / 1e12 for x in xs], linestyle="--" if dashed else "-",
+                            label=f"{_plain(name)} roof{kind}", **style)  # fmt: skip
+        return line.get_color()
+
+    drawn: set[tuple[str, bool]] = set()
+    placed: dict[str, float] = {}  # label -> its share of the roof it is annotated against
+    for dashed, found in ((False, points), (True, measured)):
+        for label, intensity, achieved, peak, hbm in found:
+            name = label.split(" ", 1)[0]
+            if (name, dashed) not in drawn:
+                roofs[name] = roof(name, peak, hbm, dashed)
+                drawn.add((name, dashed))
+            placed.setdefault(label, achieved / min(peak, hbm * intensity))  # the datasheet's first
+    for index, (label, intensity, achieved, _, _) in enumerate(dict((p[0], p) for p in every).values()):
         name = label.split(" ", 1)[0]
-        if name not in roofs:
-            (line,) = axes.plot(xs, [min(peak, hbm * x) / 1e12 for x in xs], label=f"{_plain(name)} roof")
-            roofs[name] = line.get_color()
         axes.plot([intensity], [achieved / 1e12], "o", color=roofs[name])
-        share = achieved / min(peak, hbm * intensity)
-        axes.annotate(f"{_plain(label)}: {sig(share * 100)}%", (intensity, achieved / 1e12), fontsize=7,
-                      textcoords="offset points", xytext=(6, 8 - 11 * (index % 4)))  # fmt: skip
+        axes.annotate(f"{_plain(label)}: {sig(placed[label] * 100)}%", (intensity, achieved / 1e12),
+                      fontsize=7, textcoords="offset points", xytext=(6, 8 - 11 * (index % 4)))  # fmt: skip
         # runs at one intensity (the same model on several targets) get their labels stacked
     axes.set_xscale("log")
     axes.set_yscale("log")

@@ -13,9 +13,11 @@ import html
 import re
 
 from ..figures import sig
+from .ceilings import calibration_of, ceiling_lines, has_measured, measured_mfu
 from .collect import Row, Section
 from .explain import bound_lines, cost_lines, runtime_lines, split_lines, tier_lines
 from .prices import Prices, valid_currency, valid_price
+from .profile import kernel_lines, profile_lines, profile_table, profiled
 
 
 def _as_is(text) -> str:
@@ -72,7 +74,9 @@ def table(section: Section, text=_as_is) -> tuple[list[str], list[list[str]]]:
         header += ["TTFT (ms)", "TPOT (ms)"]
     if images:
         header += ["denoise s/image"] if m.name == "s_per_image" else ["s/image", "denoise s/image"]
-    header += ["peak memory (GiB)", "MFU", "world", "trials", "reference"]
+    measured = has_measured(section)
+    header += ["peak memory (GiB)", "MFU", *(["MFU (measured)"] if measured else []), "world", "trials",
+               "reference"]  # fmt: skip
     rows = []
     for row in section.rows:
         cells = [text(row.point), text(row.target), *([text(row.runtime)] if runtimes else []),
@@ -90,10 +94,16 @@ def table(section: Section, text=_as_is) -> tuple[list[str], list[list[str]]]:
         cells += [
             sig(row.peak_memory_bytes / 2**30) if row.peak_memory_bytes is not None else "-",
             f"{sig(row.mfu * 100)}%" if row.mfu is not None else "-",
+            *([_measured_mfu(section, row)] if measured else []),
             _world(row), str(row.throughput.n), _reference(row, text),
         ]  # fmt: skip
         rows.append(cells)
     return header, rows
+
+
+def _measured_mfu(section: Section, row: Row) -> str:
+    mfu = measured_mfu(row, calibration_of(section, row))
+    return "-" if mfu is None else f"{sig(mfu * 100)}%"
 
 
 def _smoke_note(section: Section) -> str:
@@ -157,6 +167,13 @@ def explanations(section: Section, prices) -> list[tuple[str, list[str]]]:
         found.append(("The same point under each tier (>1: tuned is faster)", tiers))
     found.append(("Against the roofline (benchc estimate: the least time compute, memory and "
                   "interconnect allow)", bound_lines(section)))  # fmt: skip
+    measured = ceiling_lines(section)
+    if measured:
+        found.append(("Against the measured ceilings (benchc calibrate: what one device of the target "
+                      "really reached; the roofline chart draws them dashed)", measured))  # fmt: skip
+    if profiled(section):
+        found.append(("Where each step's time goes (the profiled steps, by category; the bar chart "
+                      "shows the shares)", profile_lines(section) + kernel_lines(section)))  # fmt: skip
     found.append(("Cost per unit of work", cost_lines(section, prices or spec_prices(section))))
     return found
 
@@ -192,6 +209,11 @@ def markdown(sections: list[Section], chart_names: dict[tuple[str, bool], list[s
             out.append("")
             for chart in chart_names.get(key(section), ()):
                 out += [f"![{_md(section.experiment)}]({chart})", ""]
+            if profiled(section):
+                header, rows = profile_table(section, _md)
+                out += ["Shares of the profiled step time:", "", "| " + " | ".join(header) + " |",
+                        "|" + "---|" * len(header), *("| " + " | ".join(r) + " |" for r in rows),
+                        ""]  # fmt: skip
             for title, lines in explanations(section, prices):
                 out += [f"{title}:", ""] + [f"- {_md_line(line)}" for line in lines] + [""]
         for label, why in section.unplaced:
@@ -222,6 +244,12 @@ def html_page(sections: list[Section], chart_names: dict[tuple[str, bool], list[
             out.append("</table>")
             for chart in chart_names.get(key(section), ()):
                 out.append(f"<p><img src='{html.escape(chart)}' alt='{html.escape(section.experiment)}'></p>")
+            if profiled(section):
+                header, rows = profile_table(section)
+                out.append("<p>Shares of the profiled step time:</p><table><tr>"
+                           + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>")  # fmt: skip
+                out += ["<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows]
+                out.append("</table>")
             for title, lines in explanations(section, prices):
                 out.append(f"<p>{html.escape(title)}:</p><ul>")
                 out += [f"<li>{html.escape(line)}</li>" for line in lines]

@@ -1,0 +1,109 @@
+"""Measured ceilings beside the datasheet's: what `benchc calibrate` stored of a target (the
+latest calibration, results/calibrations.py) as roofline ceilings (plan/roofline.py's
+`Ceilings`), and each report row's MFU against the measured matmul peak of its precision.
+
+A measured MFU is the run's achieved model FLOP/s per device (its metrics' flops summary) over
+the calibrated matmul FLOP/s of the run's precision: how close the software came to what the
+device really reaches, where the datasheet's MFU also counts what the device cannot reach."""
+
+from __future__ import annotations
+
+from ..figures import sig
+from ..plan.roofline import Ceilings
+from ..results.calibrations import Calibration
+from .collect import Row, Section
+
+
+def measured_ceilings(calibration: Calibration) -> Ceilings:
+    """The calibration as the ceilings of a roofline (per device)."""
+    peaks = {p: calibration.peak_flops(p) for p in calibration.matmul_tflops}
+    known = {p: v for p, v in peaks.items() if v}
+    return Ceilings(known, calibration.memory_tb_s, dict(calibration.bus_gb_s))
+
+
+def calibration_json(calibration: Calibration | None) -> dict | None:
+    """What `estimate --json` says of the calibration it used (None: none stored)."""
+    if calibration is None:
+        return None
+    return {
+        "id": calibration.id, "target": calibration.target, "host": calibration.host,
+        "date": calibration.date, "measured_at": calibration.measured_at, "smoke": calibration.smoke,
+        "world_size": calibration.world_size, "device_name": calibration.device_name,
+        "matmul_tflops": dict(calibration.matmul_tflops), "memory_tb_s": calibration.memory_tb_s,
+        "host_to_device_gb_s": calibration.host_to_device_gb_s, "bus_gb_s": dict(calibration.bus_gb_s),
+        "launch_us": calibration.launch_us, "provenance": calibration.provenance(),
+    }  # fmt: skip
+
+
+def source(calibration: Calibration) -> str:
+    """Where measured ceilings come from: "benchc calibrate, HOST, DATE" (and ", smoke sizes")."""
+    sizes = ", smoke sizes" if calibration.smoke else ""
+    return f"benchc calibrate, {calibration.host}, {calibration.date}{sizes}"
+
+
+def calibration_of(section: Section, row: Row) -> Calibration | None:
+    return (section.calibrations or {}).get(row.target)
+
+
+def measured_peak(row: Row, calibration: Calibration | None) -> float | None:
+    """The calibrated matmul FLOP/s of the run's precision (None: not calibrated or not known)."""
+    if calibration is None or row.precision is None:
+        return None
+    return calibration.peak_flops(row.precision)
+
+
+def measured_mfu(row: Row, calibration: Calibration | None) -> float | None:
+    peak = measured_peak(row, calibration)
+    if peak is None or row.achieved_per_device is None:
+        return None
+    return row.achieved_per_device / peak
+
+
+def measured_roof(row: Row, calibration: Calibration | None) -> tuple[float, float] | None:
+    """(matmul FLOP/s, copy bytes/s) of the run's precision as measured (None: not both)."""
+    peak = measured_peak(row, calibration)
+    if peak is None or calibration.memory_bytes_s is None:
+        return None
+    return peak, calibration.memory_bytes_s
+
+
+def has_measured(section: Section) -> bool:
+    """Whether a row of the section has a calibration of its target (the table's measured column)."""
+    return any(calibration_of(section, row) is not None for row in section.rows)
+
+
+def _mfu_line(row: Row, calibration: Calibration) -> str:
+    where = f"{row.target} at {row.point}: "
+    precision = row.precision or "?"
+    if row.mfu is not None and row.peak_per_device is not None:
+        datasheet = f"MFU {sig(row.mfu * 100)}% of the datasheet's {sig(row.peak_per_device / 1e12)} TFLOP/s"
+    else:
+        datasheet = "MFU: the datasheet states no peak"
+    peak = measured_peak(row, calibration)
+    if row.precision is None:
+        measured = "none against the measured ceilings: the run's precision is not recorded"
+    elif peak is None:
+        measured = f"none against the measured ceilings: the calibration measured no {precision} matmul"
+    elif row.achieved_per_device is None:
+        measured = "none against the measured ceilings: the run recorded no achieved FLOP/s"
+    else:
+        measured = (f"{sig(row.achieved_per_device / peak * 100)}% of the measured {sig(peak / 1e12)} "
+                    f"TFLOP/s {precision}")  # fmt: skip
+    return f"{where}{datasheet}, {measured} ({source(calibration)})"
+
+
+def ceiling_lines(section: Section) -> list[str]:
+    """Each calibrated row's MFU against both ceilings, and one line naming the targets with no
+    calibration (plain text, escaped by the renderer). Nothing where the store was not asked."""
+    if section.calibrations is None:
+        return []
+    lines = [_mfu_line(row, calibration_of(section, row)) for row in section.rows
+             if calibration_of(section, row) is not None]  # fmt: skip
+    missing = sorted({row.target for row in section.rows if calibration_of(section, row) is None})
+    if missing:
+        target = missing[0] if len(missing) == 1 else "T for each"
+        commands = f"benchc calibrate --target {target}"
+        lines.append(f"no calibration of {', '.join(missing)} is stored: {commands} would add "
+                     "measured ceilings (MFU against what the device really reaches, a measured "
+                     "roofline)")  # fmt: skip
+    return lines
