@@ -10,7 +10,9 @@ import io
 import os
 import subprocess
 import sys
-from contextlib import redirect_stderr, redirect_stdout
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,35 +30,58 @@ class Result:
     err: str
 
 
+@contextmanager
+def own_store(args: tuple[str, ...], cwd: Path, env: dict) -> Iterator[dict]:
+    """A command run in the repository (or a folder of it) without --db or BENCHC_RESULTS gets a store of its
+    own, made empty for the call (and removed after it), not the developer's
+    .benchc/results.db: a calibration or run stored there must not change what tests see
+    (estimate and check show calibrations), and tests write nothing into the repository."""
+    inside = REPO in (cwd.resolve(), *cwd.resolve().parents)
+    if not inside or "--db" in args or env.get("BENCHC_RESULTS"):
+        yield env
+        return
+    with tempfile.TemporaryDirectory(prefix="benchc-test-store-") as folder:
+        yield {**env, "BENCHC_RESULTS": str(Path(folder) / "results.db")}
+
+
 def run_cli(*args: str, cwd: Path | None = None) -> Result:
     """Run `benchc ARGS` in this process (fast); cwd is changed for the call if given."""
     from benchc.cli import main
 
     out, err = io.StringIO(), io.StringIO()
     previous = os.getcwd()
+    saved = os.environ.get("BENCHC_RESULTS")
     try:
         if cwd is not None:
             os.chdir(cwd)
-        with redirect_stdout(out), redirect_stderr(err):
-            try:
-                code = main(list(args))
-            except SystemExit as exc:  # argparse errors
-                code = exc.code if isinstance(exc.code, int) else 2
+        with own_store(args, Path.cwd(), dict(os.environ)) as env:
+            if env.get("BENCHC_RESULTS"):
+                os.environ["BENCHC_RESULTS"] = env["BENCHC_RESULTS"]
+            with redirect_stdout(out), redirect_stderr(err):
+                try:
+                    code = main(list(args))
+                except SystemExit as exc:  # argparse errors
+                    code = exc.code if isinstance(exc.code, int) else 2
     finally:
         os.chdir(previous)
+        if saved is None:
+            os.environ.pop("BENCHC_RESULTS", None)
+        else:
+            os.environ["BENCHC_RESULTS"] = saved
     return Result(code, out.getvalue(), err.getvalue())
 
 
 def run_benchc(*args: str, cwd: Path | None = None, env: dict | None = None) -> Result:
     """Run `python -m benchc ARGS` as a real process (exit codes, tracebacks, imports)."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchc", *args],
-        cwd=cwd or REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, **(env or {})},
-    )
+    with own_store(args, cwd or REPO, {**os.environ, **(env or {})}) as environment:
+        proc = subprocess.run(
+            [sys.executable, "-m", "benchc", *args],
+            cwd=cwd or REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=environment,
+        )
     return Result(proc.returncode, proc.stdout, proc.stderr)
 
 
