@@ -51,6 +51,20 @@ def test_each_pair_of_targets_gets_one_sentence_naming_the_category_that_differs
     assert by_pair[("h100", "a100")].endswith("the difference is mostly communication: 3.00% vs 27.0%")
 
 
+def test_a_target_profiled_alone_gets_a_sentence_of_its_own(tmp_path):
+    """A report of one profiled target (a CPU-only machine) still says where its step goes;
+    a second target at the point without a profile pairs with nothing."""
+    db = tmp_path / "r.db"
+    store_run(db, "h100", 1000.0, profile=profile(H100, 0.5))
+    store_run(db, "gaudi2", 800.0)
+    page = report(db, tmp_path / "out")
+    sentences = [line[2:] for line in page.splitlines() if " of its step outside matrix multiplies" in line]
+    assert sentences == [
+        "h100 at batch-16 spends 50.0% of its step outside matrix multiplies and attention and idles 22.0%; "
+        "its largest share is matrix multiplies (50.0%)"
+    ]
+
+
 def test_the_table_of_shares_adds_up_to_100_percent_and_the_bar_chart_is_drawn(tmp_path):
     db = tmp_path / "r.db"
     store_run(db, "h100", 1000.0, profile=profile(H100, 0.5))

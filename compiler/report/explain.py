@@ -101,7 +101,7 @@ def _bandwidth_split(row: Row, base: Row, ratio: float, section: Section) -> Spl
                  bound / bandwidth)  # fmt: skip
 
 
-def _pairs(section: Section) -> list[tuple[Row, Row]]:
+def target_pairs(section: Section) -> list[tuple[Row, Row]]:
     """(row, base) for every pair of targets at each point: the baseline's pairs first."""
     order = [t for t in section.targets if t == section.baseline]
     order += [t for t in section.targets if t != section.baseline]
@@ -116,7 +116,7 @@ def _pairs(section: Section) -> list[tuple[Row, Row]]:
 def splits(section: Section) -> list[Split | tuple[Row, Row, float | None, str]]:
     """For each pair of targets at a point: its Split, or (row, base, ratio, why not)."""
     found: list[Split | tuple[Row, Row, float | None, str]] = []
-    for row, base in _pairs(section):
+    for row, base in target_pairs(section):
         ratio = _pair_ratio(row, base, section)
         if ratio is None:
             found.append((row, base, None, "a headline of zero"))

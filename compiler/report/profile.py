@@ -1,7 +1,8 @@
 """Where a step's time goes: the profile a run stored (metrics "profile": device seconds by
 category over the profiled steps, with the top kernels of each), as shares of the profiled
 step time, a table of them, a stacked horizontal bar per target (PNG) and, for each pair of
-targets at a point, one sentence naming the category whose share differs most.
+targets at a point, one sentence naming the category whose share differs most (a target
+profiled alone gets a sentence of its own).
 
 The store is not trusted: a profile is read only where its categories are finite numbers of
 seconds, none negative, and some positive; names of kernels are kept as text (at most 120
@@ -98,25 +99,37 @@ def profile_table(section: Section, text=str) -> tuple[list[str], list[list[str]
     return header, rows
 
 
+def _outside_matrix_work(part: dict[str, float]) -> float:
+    return 1 - sum(part[c] for c in MATRIX_WORK)
+
+
 def _pair_line(row: Row, base: Row) -> str:
     a, b = shares(row.profile), shares(base.profile)
-
-    def outside(part):
-        return 1 - sum(part[c] for c in MATRIX_WORK)
-
     most = max(CATEGORIES, key=lambda c: abs(a[c] - b[c]))
-    return (f"{row.target} at {row.point} spends {_percent(outside(a))} of its step outside matrix "
-            f"multiplies and attention and idles {_percent(a['idle'])}; {base.target} "
-            f"{_percent(outside(b))} and {_percent(b['idle'])}: the difference is mostly "
+    return (f"{row.target} at {row.point} spends {_percent(_outside_matrix_work(a))} of its step outside "
+            f"matrix multiplies and attention and idles {_percent(a['idle'])}; {base.target} "
+            f"{_percent(_outside_matrix_work(b))} and {_percent(b['idle'])}: the difference is mostly "
             f"{CATEGORIES[most][0]}: {_percent(a[most])} vs {_percent(b[most])}")  # fmt: skip
 
 
-def profile_lines(section: Section) -> list[str]:
-    """For each pair of profiled targets at a point, the sentence (plain text, escaped later)."""
-    from .explain import _pairs  # the pairs the ratios are explained for, in the same order
+def _alone_line(row: Row) -> str:
+    part = shares(row.profile)
+    largest = max(CATEGORIES, key=lambda c: part[c])
+    return (f"{row.target} at {row.point} spends {_percent(_outside_matrix_work(part))} of its step "
+            f"outside matrix multiplies and attention and idles {_percent(part['idle'])}; its largest "
+            f"share is {CATEGORIES[largest][0]} ({_percent(part[largest])})")  # fmt: skip
 
-    return [_pair_line(row, base) for row, base in _pairs(section)
-            if row.profile is not None and base.profile is not None]  # fmt: skip
+
+def profile_lines(section: Section) -> list[str]:
+    """For each pair of profiled targets at a point, the sentence (plain text, escaped later);
+    for a profiled row with no profiled partner at its point, a sentence of its own."""
+    from .explain import target_pairs  # the pairs the ratios are explained for, in the same order
+
+    pairs = [(row, base) for row, base in target_pairs(section)
+             if row.profile is not None and base.profile is not None]  # fmt: skip
+    paired = {id(r) for pair in pairs for r in pair}
+    alone = [_alone_line(row) for row in profiled(section) if id(row) not in paired]
+    return [_pair_line(row, base) for row, base in pairs] + alone
 
 
 def kernel_lines(section: Section) -> list[str]:
