@@ -49,7 +49,7 @@ ALTERNATIVES = {
     "sharding": "zero2", "activation_checkpointing": "false", "metric": "ttft_s",
     "repeat": "3", "timeout": "600", "partition": '"p1"', "account": '"a1"', "time": '"02:00:00"',
     "gres": '"gpu:4"', "exclusive": "false", "job_name": '"j1"', "log": '"x-%j.log"',
-    "optimize": "plain",
+    "optimize": "plain", "profile": "true",
 }  # fmt: skip
 # Where a reference spec already has the alternative, the other way round.
 FLIPPED = {

@@ -38,18 +38,21 @@ class Change:
 
 
 def submit_point(store: Store, point: BuildPoint, *, trials: int, options: list[str], env: dict,
-                 cluster: str | None, environment: dict) -> tuple[str, list[str]]:  # fmt: skip
+                 cluster: str | None, environment: dict,
+                 profile: bool = False) -> tuple[str, list[str]]:  # fmt: skip
     """sbatch one point; its trials are recorded as pending in the same transaction, so the
-    store never holds a job that sbatch refused. (job id, run ids)"""
+    store never holds a job that sbatch refused. (job id, run ids) `profile`: every trial
+    profiles a few more steps (job.sbatch's --profile, passed to the program)."""
     series = new_id()
     run_dir = (point.path / "runs" / series).resolve()
     run_dir.mkdir(parents=True)
     manifest, plan = point.manifest, point.manifest.plan
+    script_args = ["--run-dir", str(run_dir), "--trials", str(trials), *(["--profile"] if profile else [])]
     try:
         with store.batch():
             job_id, named = slurm.sbatch(
                 point.path.resolve() / JOB_FILE, chdir=point.path.resolve(), output=run_dir / LOG,
-                options=options, script_args=["--run-dir", str(run_dir), "--trials", str(trials)], env=env,
+                options=options, script_args=script_args, env=env,
             )  # fmt: skip
             run_ids = [
                 store.start(

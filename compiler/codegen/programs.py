@@ -170,6 +170,9 @@ def _common_settings(plan: Plan, model_settings: dict, items_per_sample: int) ->
         "metrics_schema_version": METRICS_SCHEMA_VERSION,
         "workload": plan.workload.kind,
         "metric": plan.measure.metric,
+        # measure.profile: a few more steps after the measured window, under torch.profiler
+        # (the program's --profile asks the same of one run)
+        "profile": plan.measure.profile,
         # the unit of the program's throughput; a latency headline's section, key and unit
         "unit": METRICS[plan.measure.metric].throughput_unit,
         "headline": _latency(plan.measure.metric),

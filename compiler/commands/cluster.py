@@ -38,6 +38,10 @@ def add_parsers(commands, variant_options) -> None:
         "--repeat", type=flags.repeat, default=None, metavar="N", help="trials per point, in one job"
     )
     submit_.add_argument("--wait", action="store_true", help="follow the jobs until they end, then collect")
+    submit_.add_argument(
+        "--profile", action="store_true",
+        help="profile a few more steps after the measured ones (as measure.profile), in every trial",
+    )  # fmt: skip
     _db_option(submit_)
 
     status_ = commands.add_parser("status", help="refresh and list submitted runs; collect ended jobs")
@@ -121,7 +125,8 @@ def submit(args) -> int:
             trials = args.repeat or point.manifest.plan.repeat
             sbatch_options = [*options, *_time(args, point)]
             job_id, run_ids = jobs.submit_point(store, point, trials=trials, options=sbatch_options, env=env,
-                                                cluster=cluster, environment=environment())  # fmt: skip
+                                                cluster=cluster, environment=environment(),
+                                                profile=args.profile)  # fmt: skip
             submitted.update(run_ids)
             where = f" on {cluster}" if cluster else ""
             _say(f"submitted {point.label}: job {job_id}{where}, {trials} trial(s)  "

@@ -31,6 +31,11 @@ def add_parsers(commands, variant_options) -> None:
         help=f"trials per point (1-{flags.MAX_REPEAT}, as the spec's measure.repeat)",
     )  # fmt: skip
     run.add_argument("--timeout", type=flags.seconds, default=None, metavar="S", help="seconds per trial")
+    run.add_argument(
+        "--profile", action="store_true",
+        help="profile a few more steps after the measured ones (as measure.profile): device time by "
+        "category in the metrics, a chrome trace beside them",
+    )  # fmt: skip
     _db_option(run)
 
     runs = commands.add_parser("runs", help="list stored runs")
@@ -84,7 +89,8 @@ def run(args) -> int:
     points = build_points(args, "run")
     refuse_clusters(points)
     with Store(args.db) as store:
-        return run_points(points, store, args.repeat, args.timeout)
+        program_args = ["--profile"] if args.profile else []
+        return run_points(points, store, args.repeat, args.timeout, program_args)
 
 
 # ---------------------------------------------------------------- runs, show, export

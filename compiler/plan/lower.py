@@ -87,7 +87,7 @@ DEFAULTS = {
         "output_tokens": None,
         "kv_cache": None,
     },
-    "measure": {"metric": None, "repeat": 1, "timeout": 3600},
+    "measure": {"metric": None, "repeat": 1, "timeout": 3600, "profile": False},
     "slurm": {
         "partition": None,
         "account": None,
@@ -326,7 +326,8 @@ def build(resolved: Resolved, variant: Variant, target: Target, smoke: bool,
             input_tokens=_int_or_none(w["input_tokens"]),
             output_tokens=_int_or_none(w["output_tokens"]), kv_cache=w["kv_cache"],
         )  # fmt: skip
-    measure = Measure(r.measure["metric"], int(r.measure["repeat"]), float(r.measure["timeout"]))
+    measure = Measure(r.measure["metric"], int(r.measure["repeat"]), float(r.measure["timeout"]),
+                      bool(r.measure["profile"]))  # fmt: skip
     time = r.slurm["time"]
     slurm = Slurm(
         requested=r.settings.has(("slurm",)), partition=r.slurm["partition"],

@@ -80,7 +80,8 @@ def summarize(plan: Plan) -> str:
         f"  cluster   {c.nodes} node(s) x {c.devices_per_node} = world size {c.world_size}",
         f"  parallel  data {p.data} x tensor {p.tensor} x pipeline {p.pipeline}, "
         f"sharding {p.sharding}, activation checkpointing {'on' if p.activation_checkpointing else 'off'}",
-        f"  measure   {plan.measure.metric}, repeat {plan.measure.repeat}",
+        f"  measure   {plan.measure.metric}, repeat {plan.measure.repeat}"
+        f"{', profiled after the measured steps' if plan.measure.profile else ''}",
     ]
     if plan.cost is not None:
         lines.insert(5, f"  cost      {_cost_line(plan)}")

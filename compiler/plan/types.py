@@ -146,6 +146,7 @@ class Measure:
     metric: str
     repeat: int
     timeout_s: float
+    profile: bool = False  # a few more steps after the measured ones, under torch.profiler
 
 
 @frozen

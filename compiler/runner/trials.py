@@ -5,6 +5,7 @@ one after another, each recorded in the store from its start to its end, whateve
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 
 from .. import __version__
 from ..catalog.metrics import METRICS, headline
@@ -46,22 +47,25 @@ def refuse_clusters(points) -> None:
                   "(c10d over loopback)")  # fmt: skip
 
 
-def run_points(points, store: Store, repeat: int | None, timeout: float | None) -> int:
-    """Each trial of each point, one after another. SIGTERM, SIGHUP and SIGQUIT to benchc (a
-    scheduler's cancel, a closed terminal, Ctrl-\\) end the run as Ctrl-C does; every trial
-    started is recorded as ended, whatever the way out."""
+def run_points(points, store: Store, repeat: int | None, timeout: float | None,
+               program_args: Sequence[str] = ()) -> int:  # fmt: skip
+    """Each trial of each point, one after another, `program_args` given to every program
+    (`--profile`). SIGTERM, SIGHUP and SIGQUIT to benchc (a scheduler's cancel, a closed
+    terminal, Ctrl-\\) end the run as Ctrl-C does; every trial started is recorded as ended,
+    whatever the way out."""
     import signal
 
     ending = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
     previous = {sig: signal.signal(sig, raise_terminated) for sig in ending}
     try:
-        return _trials(points, store, repeat, timeout)
+        return _trials(points, store, repeat, timeout, program_args)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 
 
-def _trials(points, store: Store, repeat_flag: int | None, timeout_flag: float | None) -> int:
+def _trials(points, store: Store, repeat_flag: int | None, timeout_flag: float | None,
+            program_args: Sequence[str]) -> int:  # fmt: skip
 
     tally: dict[str, int] = {}
     for point in points:
@@ -86,7 +90,7 @@ def _trials(points, store: Store, repeat_flag: int | None, timeout_flag: float |
             try:
                 unit = METRICS[metric].throughput_unit if metric in METRICS else metric
                 with Progress(label, plan.items_per_step, unit) as progress:
-                    outcome = execute(point, run_dir, timeout, progress.line)
+                    outcome = execute(point, run_dir, timeout, progress.line, program_args)
             except KeyboardInterrupt:  # between the trial's start and its launch
                 outcome = Outcome("interrupted", "interrupted by the user (Ctrl-C)", None, None, "", 0.0)
             except Terminated as signalled:

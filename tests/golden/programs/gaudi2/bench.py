@@ -68,6 +68,7 @@ PLAN = {
     "metrics_schema_version": 1,
     "workload": "train",
     "metric": "images_per_s",
+    "profile": False,
     "unit": "images/s",
     "headline": None,
     "items_per_sample": 1,
@@ -251,6 +252,12 @@ class Device:
 
     def versions(self) -> dict:
         return {}
+
+    def profiler_activities(self) -> list:
+        """What torch.profiler records here: host operators and the card's work, through the
+        HPU activity that habana_frameworks registers with torch.profiler when it loads."""
+        activity = torch.profiler.ProfilerActivity
+        return [activity.CPU, activity.HPU]
 
 
 # ==== benchc: device-neutral core (identical text for every target) ====
@@ -730,6 +737,188 @@ def use_compile_cache(metrics: dict) -> None:
     metrics["compile_cache"] = os.path.abspath(folder) if compiled and folder else None
 
 
+# Where the profiled steps' device time goes. A run profiles (PLAN's measure.profile, or
+# --profile) a few more steps AFTER the measured window, under torch.profiler: the headline
+# is never measured with the profiler on.
+PROFILE_CATEGORIES = (
+    "matmul",
+    "attention",
+    "norm_elementwise",
+    "communication",
+    "optimizer",
+    "copy",
+    "other",
+    "idle",
+)
+# An event inside one of these ranges (an enclosing op or a record_function range) counts
+# for the range's category, whatever its own name: the first rule one of them matches.
+PROFILE_RANGE_RULES = (
+    ("optimizer", "optimizer.step optimizer.zero_grad".split()),
+    ("attention", "scaled_dot_product attention sdpa fmha flash_attn".split()),
+)
+# Otherwise the event's own name (an operator on the CPU, a kernel on an accelerator),
+# lower-cased: the first rule with a part of it. Order matters: "aten::addmm" is a matmul
+# before "aten::add" makes it elementwise.
+PROFILE_NAME_RULES = (
+    (
+        "communication",
+        "nccl hccl c10d gloo record_param_comms all_reduce allreduce all_gather allgather "
+        "reduce_scatter alltoall broadcast_".split(),
+    ),
+    ("copy", "memcpy memset copy".split()),
+    ("attention", "scaled_dot_product attention sdpa fmha flash".split()),
+    ("optimizer", "multi_tensor adam foreach optimizer sgd".split()),
+    (
+        "matmul",
+        "gemm cutlass xmma matmul cublas nvjet aten::mm aten::addmm aten::bmm aten::baddbmm "
+        "aten::linear aten::conv aten::_convolution mkldnn_linear mkldnn_convolution".split(),
+    ),
+    (
+        "norm_elementwise",
+        "norm elementwise reduce vectorized softmax triton_ gelu silu sigmoid tanh relu "
+        "aten::add aten::sub aten::mul aten::div aten::neg aten::exp aten::log aten::pow "
+        "aten::sqrt aten::rsqrt aten::mean aten::sum aten::where aten::clamp aten::sin "
+        "aten::cos aten::lerp aten::fill_ aten::zero_ aten::mse_loss aten::cat aten::argmax "
+        "aten::masked_fill".split(),
+    ),
+)
+PROFILE_TOP = 5  # the longest events of each category kept in the metrics
+PROFILE_TRAIN_STEPS = 3  # training steps profiled (at most the measured steps)
+
+
+def profile_category(name: str, ranges=()) -> str:
+    """The category of one profiled event: `name` (an operator or a kernel) and the names of
+    the ranges around it, innermost first. Pure and table-driven (the tables above)."""
+    enclosing = [outer.lower() for outer in ranges]
+    for category, parts in PROFILE_RANGE_RULES:
+        if any(part in outer for outer in enclosing for part in parts):
+            return category
+    lowered = name.lower()
+    for category, parts in PROFILE_NAME_RULES:
+        if any(part in lowered for part in parts):
+            return category
+    return "other"
+
+
+def profile_summary(spans: list, wall_s: float, steps: int, activity: str) -> dict:
+    """The metrics' "profile" object from the profiled events, each (name, enclosing range
+    names, busy seconds, interval): seconds per category summed over the steps, the longest
+    names of each, and idle, the profiled wall time the device ran none of them: wall minus
+    the union of the intervals (an accelerator's kernels, which may overlap), or minus the
+    summed busy time where events have no interval (operators' self times on the CPU)."""
+    seconds = dict.fromkeys(PROFILE_CATEGORIES, 0.0)
+    named = {}
+    for name, ranges, busy, _ in spans:
+        category = profile_category(name, ranges)
+        seconds[category] += busy
+        total, calls = named.get((category, name), (0.0, 0))
+        named[(category, name)] = (total + busy, calls + 1)
+    busy_s, reach = 0.0, None
+    intervals = sorted(span[3] for span in spans if span[3] is not None)
+    for start, end in intervals:
+        if reach is None or start > reach:
+            busy_s, reach = busy_s + end - start, end
+        elif end > reach:
+            busy_s, reach = busy_s + end - reach, end
+    busy_s += sum(span[2] for span in spans if span[3] is None)
+    seconds["idle"] = max(wall_s - busy_s, 0.0)
+    top = {category: [] for category in PROFILE_CATEGORIES if category != "idle"}
+    longest = sorted(named.items(), key=lambda item: -item[1][0])
+    for (category, name), (total, calls) in longest:
+        if len(top[category]) < PROFILE_TOP:
+            top[category].append({"name": name[:200], "s": total, "calls": calls})
+    return {
+        "steps": steps,
+        "profiled_s": wall_s,
+        "activity": activity,
+        "categories": seconds,
+        "top": top,
+        "trace": None,
+    }
+
+
+def profiled_spans(events, activity: str) -> list:
+    """(name, enclosing range names innermost first, busy s, (start s, end s) or None) of
+    what the device ran: on the CPU each operator's self time (nesting not counted twice),
+    on an accelerator each kernel, with the operator that launched it and its ranges."""
+    cpu = torch.autograd.DeviceType.CPU
+    launchers = {}  # host operators by id: a kernel's linked_correlation_id names its own
+    for event in events:
+        host = event.device_type == cpu and not event.is_async
+        if host and not event.linked_correlation_id:
+            launchers.setdefault(event.id, event)
+
+    def ranges(event) -> tuple:
+        found = []
+        while event is not None:
+            found.append(event.name)
+            event = event.cpu_parent
+        return tuple(found)
+
+    spans = []
+    for event in events:
+        # a range is not work (its operators and kernels are); on the device too (CUDA's
+        # gpu_user_annotation spans the kernels launched inside a range)
+        kind = str(getattr(event, "activity_type", ""))
+        if event.is_user_annotation or "annotation" in kind or event.is_async:
+            continue
+        if event.is_python_function:
+            continue
+        if activity == "cpu" and event.device_type == cpu:
+            busy = event.self_cpu_time_total / 1e6
+            spans.append((event.name, ranges(event.cpu_parent), busy, None))
+        elif activity != "cpu" and event.device_type != cpu:
+            launcher = launchers.get(event.linked_correlation_id)
+            start, end = event.time_range.start / 1e6, event.time_range.end / 1e6
+            spans.append((event.name, ranges(launcher), end - start, (start, end)))
+    return spans
+
+
+def trace_path(metrics_path: str) -> str:
+    """The chrome trace's file, beside the metrics file: metrics.json -> profile-trace.json,
+    metrics-2.json (a Slurm job's second trial) -> metrics-2.profile-trace.json."""
+    folder, name = os.path.split(metrics_path)
+    stem = os.path.splitext(name)[0]
+    trace = "profile-trace.json" if stem == "metrics" else f"{stem}.profile-trace.json"
+    return os.path.join(folder, trace)
+
+
+def profile_steps(device, rank: int, steps: int, run_step, trace_to: str):
+    """`steps` more calls of run_step(index) on every rank (the same collectives on all),
+    recorded by torch.profiler on rank 0 only, timed with the measured window's boundary.
+    Rank 0 writes the chrome trace to `trace_to` and returns the "profile" object."""
+    recording = rank == 0
+    activities = device.profiler_activities() if recording else []
+    profiler = torch.profiler.profile(activities=activities) if recording else None
+    gc.collect()
+    device.synchronize()
+    with profiler or contextlib.nullcontext():
+        marks = [device.time_mark()]
+        for index in range(steps):
+            run_step(index)
+            marks.append(device.time_mark())
+        wall_s = sum(device.durations(marks))
+    if not recording:
+        return None
+    spans = profiled_spans(profiler.events(), device.family)
+    summary = profile_summary(spans, wall_s, steps, device.family)
+    folder = os.path.dirname(os.path.abspath(trace_to))
+    handle, temporary = tempfile.mkstemp(dir=folder, prefix=".trace-", suffix=".json")
+    os.close(handle)
+    try:
+        profiler.export_chrome_trace(temporary)
+        umask = os.umask(0)  # mkstemp makes 0600: the mode a plain open() would give
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)
+        os.replace(temporary, trace_to)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(temporary)
+        raise
+    summary["trace"] = os.path.basename(trace_to)
+    return summary
+
+
 def build_on_meta(model_plan: dict, on_meta: bool, device, dtype=None):
     """The model, with its parameters on the meta device (no memory) when on_meta: they are
     allocated later, shard by shard, by materialise(). Buffers (rotary and position tables)
@@ -768,7 +957,7 @@ TORCH_OPTIMIZERS = {
 }
 
 
-def train(metrics: dict, started: float) -> None:
+def train(metrics: dict, started: float, trace_to=None) -> None:
     rank, world, device = start_processes(metrics)
     run, model_plan = PLAN["train"], PLAN["model"]
     record_tier(metrics, device)
@@ -834,6 +1023,12 @@ def train(metrics: dict, started: float) -> None:
     peak = torch.tensor([float(device.peak_memory_bytes())], device=device.device)
     if world > 1:
         dist.all_reduce(peak, op=dist.ReduceOp.MAX)
+    if trace_to is not None:  # a few more steps, after the measured ones, profiled
+        set_phase(metrics, "profiling")
+        profiled = min(PROFILE_TRAIN_STEPS, steps)
+        profile = profile_steps(device, rank, profiled, lambda _: step(batch), trace_to)
+        if profile is not None:
+            metrics["profile"] = profile
     samples_per_s = run["global_batch"] * len(step_times) / sum(step_times)
     items_per_s = samples_per_s * PLAN["items_per_sample"]  # images, or tokens
     losses += measured_losses
@@ -951,6 +1146,11 @@ def prepare_training(device, world: int, metrics: dict):
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--metrics", default="metrics.json", help="metrics JSON path")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="profile a few more steps after the measured ones (as measure.profile)",
+    )
     args = parser.parse_args(argv)
     started = time.perf_counter()
     metrics = {
@@ -986,7 +1186,11 @@ def main(argv=None) -> int:
             if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
                 signal.signal(signal.SIGINT, interrupt_on_signal)
             set_phase(metrics, "startup")
-            train(metrics, started)
+            if PLAN["profile"] or args.profile:
+                # a few more steps profiled: a summary in the metrics, a trace beside them
+                train(metrics, started, trace_path(args.metrics))
+            else:
+                train(metrics, started)
         finally:
             # the run is over, however it ended: a signal now changes nothing
             ENDING["closing"] = True

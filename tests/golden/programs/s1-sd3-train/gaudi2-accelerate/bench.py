@@ -69,6 +69,7 @@ PLAN = {
     "metrics_schema_version": 1,
     "workload": "train",
     "metric": "images_per_s",
+    "profile": False,
     "unit": "images/s",
     "headline": None,
     "items_per_sample": 1,
@@ -252,6 +253,12 @@ class Device:
     def versions(self) -> dict:
         return {}
 
+    def profiler_activities(self) -> list:
+        """What torch.profiler records here: host operators and the card's work, through the
+        HPU activity that habana_frameworks registers with torch.profiler when it loads."""
+        activity = torch.profiler.ProfilerActivity
+        return [activity.CPU, activity.HPU]
+
 
 # ==== benchc: device-neutral core: see ../core.py ====
 
@@ -349,6 +356,11 @@ def prepare_training(device, world: int, metrics: dict):
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--metrics", default="metrics.json", help="metrics JSON path")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="profile a few more steps after the measured ones (as measure.profile)",
+    )
     args = parser.parse_args(argv)
     started = time.perf_counter()
     metrics = {
@@ -384,7 +396,11 @@ def main(argv=None) -> int:
             if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
                 signal.signal(signal.SIGINT, interrupt_on_signal)
             set_phase(metrics, "startup")
-            train(metrics, started)
+            if PLAN["profile"] or args.profile:
+                # a few more steps profiled: a summary in the metrics, a trace beside them
+                train(metrics, started, trace_path(args.metrics))
+            else:
+                train(metrics, started)
         finally:
             # the run is over, however it ended: a signal now changes nothing
             ENDING["closing"] = True

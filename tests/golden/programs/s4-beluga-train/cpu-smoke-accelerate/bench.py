@@ -52,6 +52,7 @@ PLAN = {
     "metrics_schema_version": 1,
     "workload": "train",
     "metric": "tokens_per_s",
+    "profile": False,
     "unit": "tokens/s",
     "headline": None,
     "items_per_sample": 64,
@@ -224,6 +225,10 @@ class Device:
     def versions(self) -> dict:
         return {}
 
+    def profiler_activities(self) -> list:
+        """What torch.profiler records here: the host's operators (they are the device's work)."""
+        return [torch.profiler.ProfilerActivity.CPU]
+
 
 # ==== benchc: device-neutral core: see ../core.py ====
 
@@ -319,6 +324,11 @@ def prepare_training(device, world: int, metrics: dict):
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--metrics", default="metrics.json", help="metrics JSON path")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="profile a few more steps after the measured ones (as measure.profile)",
+    )
     args = parser.parse_args(argv)
     started = time.perf_counter()
     metrics = {
@@ -354,7 +364,11 @@ def main(argv=None) -> int:
             if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
                 signal.signal(signal.SIGINT, interrupt_on_signal)
             set_phase(metrics, "startup")
-            train(metrics, started)
+            if PLAN["profile"] or args.profile:
+                # a few more steps profiled: a summary in the metrics, a trace beside them
+                train(metrics, started, trace_path(args.metrics))
+            else:
+                train(metrics, started)
         finally:
             # the run is over, however it ended: a signal now changes nothing
             ENDING["closing"] = True
