@@ -248,6 +248,7 @@ def _refuse_empty(args) -> None:
 def report(args) -> int:
     from ..report.collect import sections
     from ..report.output import file_name, write_report
+    from ..results.calibrations import latest_calibrations
     from ..results.store import open_existing, store_path
 
     _refuse_empty(args)
@@ -263,13 +264,14 @@ def report(args) -> int:
     with store:
         records = store.latest_runs(args.experiment)  # what the report shows, not the whole store
         targets = store.targets(args.experiment)
+        calibrations = latest_calibrations(store)  # measured ceilings beside the datasheet's
     if not records:
         raise error("no runs to report" + (f" for experiment '{args.experiment}'" if args.experiment else ""),
                     None, hint="run something first: benchc run SPEC --smoke")  # fmt: skip
     if args.baseline and args.baseline not in targets:
         raise error(f"no runs of baseline target '{args.baseline}'", None,
                     hint=choices_hint(args.baseline, targets, "targets with runs"))  # fmt: skip
-    found = sections(records, args.baseline)
+    found = sections(records, args.baseline, calibrations)
     name = file_name(args.experiment or "report") + (".md" if args.format == "md" else ".html")
     written = write_report(found, Path(args.out), name, args.format, prices)
     print("\n".join(f"wrote {path}" for path in written))
