@@ -80,6 +80,7 @@ def test_deepspeed_fp16_on_the_cpu_is_refused_with_the_fix(tmp_path):
     assert "train.precision = bf16" in result.err
 
 
+@pytest.mark.integration  # a fresh interpreter
 def test_compile_never_imports_torch(tmp_path):
     for spec in ("sd3.bench", "beluga-train.bench", "beluga-infer.bench", "sd3-infer.bench"):
         assert heavy_modules_imported_by(["compile", f"specs/{spec}", "-o", str(tmp_path)]) == []
@@ -103,6 +104,7 @@ def _ruff(*args, cwd):
     return subprocess.run([sys.executable, "-m", "ruff", *args], cwd=cwd, capture_output=True, text=True)
 
 
+@pytest.mark.integration  # ruff on each program
 @pytest.mark.parametrize(
     "target, smoke, overrides",
     [
