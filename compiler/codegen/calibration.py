@@ -99,6 +99,10 @@ def render_job(plan: CalibrationPlan, env: jinja2.Environment) -> str:
         "trials": 1,
         "gres_note": gres_note,
         "launcher_file": LAUNCHER,
+        "folder": "calibration folder",
+        "profile_flag": "",
+        "submit_line": None,
+        "store_line": "in the results store with: benchc calibrate --ingest runs/slurm-<job id>/metrics-1.json",
     }
     return env.get_template("job.sbatch.j2").render(context)
 

@@ -214,6 +214,10 @@ def render_job(plan: Plan, env: jinja2.Environment | None = None) -> str:
         "trials": plan.measure.repeat,
         "gres_note": gres_note,
         "launcher_file": LAUNCHER,
+        "folder": "build point",
+        "profile_flag": " [--profile]",
+        "submit_line": "benchc submit <this build point>     # the same, recorded in the results store",
+        "store_line": "as one series with: benchc ingest runs/slurm-<job id>/metrics-*.json",
     }
     return (env or environment()).get_template("job.sbatch.j2").render(context)
 

@@ -1,4 +1,4 @@
-# ==== benchc: device-neutral core (identical text for every target) ====
+# ==== benchc: device-neutral core (no target code; unused blocks left out) ====
 PROMPT = "a photograph of an astronaut riding a horse on the moon, detailed, 8k"
 
 

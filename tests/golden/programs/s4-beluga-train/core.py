@@ -1,4 +1,4 @@
-# ==== benchc: device-neutral core (identical text for every target) ====
+# ==== benchc: device-neutral core (no target code; unused blocks left out) ====
 def build_model(model_plan: dict):
     """transformers' LlamaForCausalLM: local weights if named, else its config."""
     if model_plan["weights"]:

@@ -1,4 +1,4 @@
-# ==== benchc: device-neutral core (identical text for every target) ====
+# ==== benchc: device-neutral core (no target code; unused blocks left out) ====
 GROUPED_SDPA = "benchc_grouped_sdpa"
 
 
