@@ -25,6 +25,7 @@ from pathlib import Path
 
 from ..catalog.targets import TARGETS
 from ..diagnostics import BenchError, Diagnostic, Source, Span, choices_hint, error
+from ..frontend.source import structure_excess
 from ..records import frozen
 
 MAX_BYTES = 64 * 1024
@@ -102,35 +103,25 @@ def _read(path: Path, name: str) -> bytes:
     return raw
 
 
+# TOML split for the nesting pre-scan: strings (multi-line first) and comments whole, so that
+# the brackets inside them are not counted; an unclosed string runs as far as TOML reads it.
+_TOML_LEXEMES = re.compile(
+    r'"""(?:[^"\\]|\\[\s\S]|"(?!""))*(?:"{3,})?'  # multi-line basic string
+    r"|'''[\s\S]*?(?:'{3,}|\Z)"  # multi-line literal string
+    r'|"(?:[^"\\\n]|\\[\s\S])*"?'  # basic string, to the end of its line at most
+    r"|'[^'\n]*'?"  # literal string
+    r"|#[^\n]*"  # comment
+    r"|[\[\]{}]|[^\"'#\[\]{}]+"
+)
+
+
 def _too_deep(text: str) -> int | None:
     """The offset of the first array or inline table opened more than MAX_NESTING deep, outside
     strings and comments (tomllib recurses once per level: a file nested hundreds deep would
-    end in RecursionError); None where the nesting is within bounds."""
-    depth, at, end = 0, 0, len(text)
-    while at < end:
-        char = text[at]
-        if char == "#":  # a comment, to the end of its line
-            at = text.find("\n", at)
-            at = end if at < 0 else at
-        elif char in "\"'":
-            quote = char * 3 if text.startswith(char * 3, at) else char
-            at += len(quote)
-            while at < end and not text.startswith(quote, at):
-                if len(quote) == 1 and text[at] == "\n":  # an unclosed one-line string ends here
-                    break
-                at += 2 if char == '"' and text[at] == "\\" else 1
-            at += len(quote)
-            while len(quote) == 3 and at < end and text[at] == char:  # """a"""" holds a quote
-                at += 1
-            continue
-        elif char in "[{":
-            depth += 1
-            if depth > MAX_NESTING:
-                return at
-        elif char in "]}":
-            depth = max(depth - 1, 0)
-        at += 1
-    return None
+    end in RecursionError); None where the nesting is within bounds. The pre-scan the spec
+    reader and the untrusted-JSON reader share (frontend/source.py), with TOML's lexemes."""
+    excess = structure_excess(text, _TOML_LEXEMES, MAX_NESTING, opening="[{", closing="]}")
+    return None if excess is None else excess.offset
 
 
 def _parse(text: str, source: Source, name: str) -> dict:
