@@ -348,3 +348,22 @@ def test_a_calibration_runs_as_a_two_node_job_and_its_file_is_stored(benchc, tmp
         found = latest_calibrations(store)["cpu"]
     assert found.world_size == 2 and set(found.bus_gb_s) == {"all_reduce", "all_gather", "reduce_scatter"}
     assert all(value > 0 for value in found.bus_gb_s.values()) and found.matmul_tflops["fp32"] > 0
+
+
+def test_calibrate_submit_runs_the_calibration_as_a_job_waits_and_stores_it(benchc, tmp_path):
+    """benchc calibrate --submit: the folder's job.sbatch submitted (the flags' options passed
+    to sbatch), the job followed to its end, its file stored with the node it ran on."""
+    result = benchc("calibrate", "--target", "cpu", "--smoke", "--nodes", "2", "--devices", "1",
+                    "--submit", "--time", "5", "-o", str(tmp_path / "cal"))  # fmt: skip
+    assert re.search(r"submitted job \d+", result.stdout) and "COMPLETED" in result.stdout, result.stdout
+    from benchc.results.calibrations import calibration_rows, latest_calibrations
+
+    with Store(benchc.db) as store:
+        (row,) = calibration_rows(store)
+        found = latest_calibrations(store)["cpu"]
+    assert row["status"] == "ok" and row["host"] in NODES, row
+    assert found.world_size == 2 and found.bus_gb_s["all_reduce"] > 0
+    (job,) = re.findall(r"submitted job (\d+)", result.stdout)
+    show = ["scontrol", "show", "job", job]
+    state = subprocess.run(show, env=benchc.env, capture_output=True, text=True).stdout
+    assert "TimeLimit=00:05:00" in state, state  # --time reached sbatch

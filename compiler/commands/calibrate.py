@@ -42,6 +42,13 @@ def add_parsers(commands, variant_options) -> None:
     calibrate_.add_argument(
         "--compile-only", action="store_true", help="write the build folders, run nothing"
     )
+    calibrate_.add_argument(
+        "--submit", action="store_true",
+        help="run each calibration as a Slurm job (sbatch job.sbatch), wait for it and store it",
+    )  # fmt: skip
+    calibrate_.add_argument("--partition", metavar="P", help="with --submit: Slurm partition")
+    calibrate_.add_argument("--account", metavar="A", help="with --submit: Slurm account")
+    calibrate_.add_argument("--time", metavar="T", help="with --submit: job time limit, e.g. 30 or 02:00:00")
     calibrate_.add_argument("--ingest", nargs="+", default=None, metavar="CALIBRATION.json",
                             help="store calibration files written elsewhere (a Slurm job's)")  # fmt: skip
     calibrate_.add_argument("--db", metavar="PATH", help="results store (default: .benchc/results.db)")
@@ -60,12 +67,17 @@ def calibrate(args) -> int:
     plans = [calibration_plan(name, not_generated=NOT_GENERATED_PRECISIONS, smoke=args.smoke,
                               devices=args.devices, nodes=args.nodes, repeat=args.repeat)
              for name in names]  # fmt: skip
+    slurm_options = flags.slurm_options(args)  # checked before anything is written
+    if slurm_options and not args.submit:
+        raise error("--partition, --account and --time are for --submit", None,
+                    hint="add --submit to run the calibrations as Slurm jobs")  # fmt: skip
     remote = [p for p in plans if p.nodes > 1 and p.family != "cpu"]
-    if remote and not args.compile_only:
+    if remote and not (args.compile_only or args.submit):
         first = remote[0]
         raise error(f"benchc calibrate runs one machine; {first.target} over {first.nodes} nodes cannot",
-                    None, hint="add --compile-only and sbatch the folder's job.sbatch, then "
-                    "benchc calibrate --ingest its runs/slurm-<job>/metrics-1.json")  # fmt: skip
+                    None, hint="add --submit to run it as a Slurm job (or --compile-only, sbatch the "
+                    "folder's job.sbatch, then benchc calibrate --ingest its "
+                    "runs/slurm-<job>/metrics-1.json)")  # fmt: skip
     from ..codegen.calibration import checked_out_folder, write_calibration
 
     out = checked_out_folder(Path(args.out))  # before anything is written
@@ -75,7 +87,40 @@ def calibrate(args) -> int:
               f"{plan.target}, {plan.nodes} node(s) x {plan.devices_per_node} process(es)")  # fmt: skip
     if args.compile_only:
         return EXIT_OK
+    if args.submit:
+        return _submit(args, plans, folders, slurm_options)
     return _run(args, plans, folders)
+
+
+def _submit(args, plans, folders, options: list[str]) -> int:
+    """Each calibration as a Slurm job, one after another: submitted, waited for, stored."""
+    from ..cluster.calibration import submit_calibration
+    from ..results.calibrations import latest_calibrations
+    from ..results.store import Store
+
+    code = EXIT_OK
+    with Store(args.db) as store:
+        for plan, folder in zip(plans, folders):
+            print(f"calibrating {plan.target} as a Slurm job ({plan.nodes} node(s) x "
+                  f"{plan.devices_per_node} process(es))", flush=True)  # fmt: skip
+            calibration_id, status, cause = submit_calibration(
+                plan, folder, store, options, lambda line: print(f"  {line}", flush=True)
+            )
+            if status == "ok":
+                print(f"ok      {plan.target}  [calibration {calibration_id}]")
+                continue
+            print(f"{status:7} {plan.target}: {cause}  [calibration {calibration_id}]")
+            if status in ("interrupted", "terminated"):
+                print(f"benchc: {status}; the remaining calibrations were not submitted", file=sys.stderr)
+                return EXIT_INTERRUPTED if status == "interrupted" else 143
+            code = EXIT_FAILED
+        latest = latest_calibrations(store)
+        print(f"results in {store.path}")
+    for plan in plans:
+        if plan.target in latest:
+            print()
+            print(summary(latest[plan.target]))
+    return code
 
 
 def _run(args, plans, folders) -> int:

@@ -3,12 +3,11 @@ submitted runs and collect their results) and cancel."""
 
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..diagnostics import BenchError, Diagnostic, Source, Span, error
+from ..diagnostics import error
 from . import flags
 
 if TYPE_CHECKING:
@@ -16,13 +15,6 @@ if TYPE_CHECKING:
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_USER, EXIT_INTERRUPTED = 0, 1, 2, 130
 COMMANDS = ("submit", "status", "cancel")
-# What sbatch accepts for these flags (the spec's slurm block admits the same; see its schema).
-FLAG_PATTERNS = {
-    "partition": (r"[A-Za-z0-9_.+-]+(,[A-Za-z0-9_.+-]+)*", "partition names: letters, digits and . _ + -"),
-    "account": (r"[A-Za-z0-9_.+-]+", "an account name: letters, digits and . _ + -"),
-    "time": (r"\d{1,6}|\d{1,6}:[0-5]\d|\d{1,4}:[0-5]\d:[0-5]\d|\d{1,4}-\d{1,2}(:[0-5]\d(:[0-5]\d)?)?",
-             'Slurm time: "MM", "MM:SS", "HH:MM:SS", "D-HH", "D-HH:MM" or "D-HH:MM:SS"'),
-}  # fmt: skip
 FOLLOW_AGAIN = "follow them again with: benchc status --wait"
 
 
@@ -64,24 +56,6 @@ def _say(text: str) -> None:
     print(text, flush=True)
 
 
-def _flag_options(args) -> list[str]:
-    """sbatch options from the flags, each checked as the spec's slurm block would be."""
-    options, problems = [], []
-    for name, (pattern, words) in FLAG_PATTERNS.items():
-        value = getattr(args, name)
-        if value is None:
-            continue
-        if not re.fullmatch(pattern, value):
-            source = Source(f"--{name}", value)
-            span = Span(source, 1, 1, 1, max(2, len(value) + 1))
-            problems.append(Diagnostic(f"{value!r} is not a valid --{name}", span, hint=words))
-            continue
-        options.append(f"--{name}={value}")
-    if problems:
-        raise BenchError(problems)
-    return options
-
-
 def _time(args, point) -> list[str]:
     """--repeat N extends the derived time limit as measure.repeat does (the same rule); an
     explicit --time, or the spec's slurm.time, wins."""
@@ -109,7 +83,7 @@ def submit(args) -> int:
     from ..results.store import Store
     from ..runner.trials import environment
 
-    options = _flag_options(args)  # --repeat is bounded by its flag type, as for `run`
+    options = flags.slurm_options(args)  # --repeat is bounded by its flag type, as for `run`
     if Path(args.spec).is_dir():  # a build folder: what it lacks is said first
         points = _points(args)
         slurm.command("sbatch")

@@ -1,12 +1,17 @@
-"""Types for numeric command-line flags: whole numbers and seconds, finite and bounded, so a
-flag such as `--timeout nan` or `--repeat 1e20` is refused by the parser (exit 2)."""
+"""Command-line flags several commands share: types for numeric flags (whole numbers and
+seconds, finite and bounded, so `--timeout nan` or `--repeat 1e20` is refused by the parser,
+exit 2), and the Slurm flags --partition, --account and --time checked as sbatch takes them
+(submit, calibrate --submit)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import math
+import re
 from importlib import resources
+
+from ..diagnostics import BenchError, Diagnostic, Source, Span
 
 
 def _spec_bound(section: str, setting: str) -> int:
@@ -49,3 +54,30 @@ def seconds(text: str) -> float:
 
 
 repeat = whole_number(1, MAX_REPEAT)
+
+
+# What sbatch accepts for these flags (the spec's slurm block admits the same; see its schema).
+SLURM_FLAGS = {
+    "partition": (r"[A-Za-z0-9_.+-]+(,[A-Za-z0-9_.+-]+)*", "partition names: letters, digits and . _ + -"),
+    "account": (r"[A-Za-z0-9_.+-]+", "an account name: letters, digits and . _ + -"),
+    "time": (r"\d{1,6}|\d{1,6}:[0-5]\d|\d{1,4}:[0-5]\d:[0-5]\d|\d{1,4}-\d{1,2}(:[0-5]\d(:[0-5]\d)?)?",
+             'Slurm time: "MM", "MM:SS", "HH:MM:SS", "D-HH", "D-HH:MM" or "D-HH:MM:SS"'),
+}  # fmt: skip
+
+
+def slurm_options(args) -> list[str]:
+    """sbatch options from the flags, each checked as the spec's slurm block would be."""
+    options, problems = [], []
+    for name, (pattern, words) in SLURM_FLAGS.items():
+        value = getattr(args, name)
+        if value is None:
+            continue
+        if not re.fullmatch(pattern, value):
+            source = Source(f"--{name}", value)
+            span = Span(source, 1, 1, 1, max(2, len(value) + 1))
+            problems.append(Diagnostic(f"{value!r} is not a valid --{name}", span, hint=words))
+            continue
+        options.append(f"--{name}={value}")
+    if problems:
+        raise BenchError(problems)
+    return options

@@ -119,10 +119,12 @@ def finish_calibration(store: Store, calibration_id: str, status: str, cause: st
     is not stored, and the cause says why)."""
     if data is not None and (problem := calibration_problem(data)):
         data, cause, status = None, f"calibration.json {problem}", "failed" if status == "ok" else status
+    host = data.get("host") if data is not None else None  # a Slurm job's node, known now
     with store.batch() as db:
         db.execute(
-            "UPDATE calibrations SET status = ?, cause = ?, data = ?, ended_at = ? WHERE id = ?",
-            (status, cause, json.dumps(data) if data is not None else None, now(), calibration_id),
+            "UPDATE calibrations SET status = ?, cause = ?, data = ?, ended_at = ?,"
+            " host = coalesce(?, host) WHERE id = ?",
+            (status, cause, json.dumps(data) if data is not None else None, now(), host, calibration_id),
         )
 
 
