@@ -33,8 +33,10 @@ REPO = Path(__file__).resolve().parent.parent
 ONE_RANK = ["--set", "cluster.nodes=1", "--set", "cluster.devices_per_node=1", "--set", "parallel.data=1"]
 
 
-def compile_point(out: Path, ranks: int) -> Path:
+def compile_point(out: Path, ranks: int, steps: int | None = None) -> Path:
     sets = ["--set", "train.batch=16", *(ONE_RANK if ranks == 1 else [])]  # one point of the sweep
+    if steps:  # a longer measured window: its median step moves less from run to run
+        sets += ["--set", f"train.steps={steps}"]
     subprocess.run(
         [sys.executable, "-m", "benchc", "compile", "specs/sd3.bench", "--smoke", *sets, "-o", str(out)],
         cwd=REPO, check=True, capture_output=True, text=True,
@@ -67,10 +69,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--ranks", type=int, choices=(1, 2), default=2)
+    parser.add_argument("--steps", type=int, default=None, help="train.steps (default: the smoke plan's)")
     args = parser.parse_args()
     print(header(f"profile overhead (S1 smoke, cpu, {args.ranks} rank(s))"))
     with tempfile.TemporaryDirectory() as folder:
-        point = compile_point(Path(folder) / "build", args.ranks)
+        point = compile_point(Path(folder) / "build", args.ranks, args.steps)
         ratios, fastest, profiled_s, extra_wall = [], [], [], []
         for index in range(args.rounds):
             order = (True, False) if index % 2 == 0 else (False, True)

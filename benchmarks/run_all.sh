@@ -14,8 +14,10 @@ PYTHON="${PYTHON:-.venv/bin/python}"
 log="${TMPDIR:-/tmp}/benchc-benchmarks-$(date -u +%Y%m%dT%H%M%SZ).txt"
 if [ -n "${QUICK:-}" ]; then
   compile_args=(--rounds 1) harness_args=(--rounds 2 --steps 40 --warmup 10) store_args=(--runs 1000 --rounds 1)
+  calibrate_args=(--rounds 1)
 else
   compile_args=(--rounds 9) harness_args=(--rounds 8 --steps 220 --warmup 20) store_args=(--runs 10000 --rounds 3)
+  calibrate_args=(--rounds 5)
 fi
 {
   echo "benchc benchmarks: $(date); $(nproc) CPUs; $(uptime)"
@@ -23,6 +25,7 @@ fi
   "$PYTHON" benchmarks/harness_overhead.py "${harness_args[@]}"
   "$PYTHON" benchmarks/runtime_overhead.py "${harness_args[@]}"
   "$PYTHON" benchmarks/store_speed.py "${store_args[@]}"
+  "$PYTHON" benchmarks/calibrate_time.py "${calibrate_args[@]}"
   echo "done: $(date); $(uptime)"
 } 2>&1 | tee "$log"
 echo "kept in $log"
