@@ -134,6 +134,8 @@ def test_a_rank_other_than_0_takes_the_same_steps_but_records_nothing(tmp_path):
     ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64", (), "matmul"),
     ("nvjet_tst_192x192_64x3_1x2_h_bz_coopA_TNT", (), "matmul"),
     ("aten::addmm", (), "matmul"),
+    ("triton_tem_fused_addmm_0", (), "matmul"),  # Inductor's matmul template
+    ("triton_poi_fused_add_gelu_1", (), "norm_elementwise"),  # Inductor's pointwise kernel
     ("flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4>>", (), "attention"),
     ("aten::bmm", ("aten::_scaled_dot_product_attention_math", "aten::linear"), "attention"),
     ("Memcpy HtoD (Pageable -> Device)", (), "copy"),

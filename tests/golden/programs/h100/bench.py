@@ -772,7 +772,8 @@ PROFILE_RANGE_RULES = (
 )
 # Otherwise the event's own name (an operator on the CPU, a kernel on an accelerator),
 # lower-cased: the first rule with a part of it. Order matters: "aten::addmm" is a matmul
-# before "aten::add" makes it elementwise.
+# before "aten::add" makes it elementwise, and Inductor's matmul templates (triton_tem_*)
+# before its other generated kernels (pointwise, reductions).
 PROFILE_NAME_RULES = (
     (
         "communication",
@@ -784,8 +785,9 @@ PROFILE_NAME_RULES = (
     ("optimizer", "multi_tensor adam foreach optimizer sgd".split()),
     (
         "matmul",
-        "gemm cutlass xmma matmul cublas nvjet aten::mm aten::addmm aten::bmm aten::baddbmm "
-        "aten::linear aten::conv aten::_convolution mkldnn_linear mkldnn_convolution".split(),
+        "gemm cutlass xmma matmul cublas nvjet triton_tem aten::mm aten::addmm aten::bmm "
+        "aten::baddbmm aten::linear aten::conv aten::_convolution mkldnn_linear "
+        "mkldnn_convolution".split(),
     ),
     (
         "norm_elementwise",
