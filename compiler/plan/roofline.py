@@ -19,11 +19,9 @@ hierarchical algorithm; per device, an all-reduce (k = 2) or an all-gather/reduc
 (k = 1) of S bytes moves k (g - 1)/g S over scale-up and k (n - 1)/n S/g over scale-out.
 The layout (nodes, world size, sharding, ZeRO stage) is read from plan.dims (plan/parallel.py).
 
-Ceilings: by default the target's datasheet figures; `roofline(plan, ceilings)` takes others
-instead (what `benchc calibrate` measured: report/ceilings.py makes them), the same arithmetic
-against the measured matmul FLOP/s, copy bandwidth and per-collective bus bandwidth (scale-out
-stays the datasheet's: a calibration runs on one host), and the datasheet's figure, marked so,
-for one the calibration did not measure.
+Ceilings: the datasheet's, or measured ones (`roofline(plan, ceilings)`, plan/bounds.py:
+matmul FLOP/s, copy bandwidth, bus bandwidth; a figure not measured stays the datasheet's,
+marked so). The module is just over 400 lines: each phase's bounds sit with their arithmetic.
 """
 
 from __future__ import annotations
