@@ -276,6 +276,14 @@ def test_a_profiled_s5_smoke_run_stores_its_categories_and_trace(tmp_path):
     record = stored_run(db)
     assert_profiled(record, 1)
     assert record.metrics["profile"]["categories"]["communication"] > 0  # tensor parallel 2, gloo
+    # the report draws where the generation's time goes: the bar, the shares and the sentence
+    report = benchc("report", "-o", str(tmp_path / "report"), db=db)
+    assert report.returncode == 0, report.stdout + report.stderr
+    page = (tmp_path / "report" / "report.md").read_text()
+    assert "Shares of the profiled step time:" in page
+    assert re.search(r"cpu at \S+ spends [\d.]+% of its step outside matrix multiplies", page), page
+    (chart,) = (tmp_path / "report").glob("*-profile.png")
+    assert chart.stat().st_size > 1000
 
 
 @pytest.mark.integration

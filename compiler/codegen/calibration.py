@@ -102,7 +102,8 @@ def render_job(plan: CalibrationPlan, env: jinja2.Environment) -> str:
         "folder": "calibration folder",
         "profile_flag": "",
         "submit_line": None,
-        "store_line": "in the results store with: benchc calibrate --ingest runs/slurm-<job id>/metrics-1.json",
+        "store_line": "in the results store with: "
+        "benchc calibrate --ingest runs/slurm-<job id>/metrics-1.json",
     }
     return env.get_template("job.sbatch.j2").render(context)
 
