@@ -67,7 +67,9 @@ def test_nan_loss_in_the_real_program_is_recorded_as_failed(tmp_path):
     assert result.returncode == 1
     record = only_run(db)
     assert record.status == "failed" and record.cause.startswith("non-finite loss on rank")
-    assert record.metrics["status"] == "failed"
+    assert record.metrics["status"] == "failed" and "loss is" in record.metrics["error"]["message"]
+    assert record.metrics["error"]["type"] == "FloatingPointError"
+    assert (Path(record.log_path).parent / "metrics.rank1.json").exists()  # every failing rank's record
 
 
 def test_a_crashing_real_program_names_the_rank_and_error(tmp_path):
@@ -112,6 +114,102 @@ def test_sigint_interrupts_cleanly_and_is_recorded(tmp_path):
     record = only_run(db)
     assert record.status == "interrupted" and "Ctrl-C" in record.cause
     assert not alive(int((Path(record.log_path).parent / "pid").read_text()))
+
+
+# What node 0's torchrun agent printed under load after every step of a finished run: the
+# other node's agent had ended, and with it the rendezvous store they shared.
+RENDEZVOUS_LOST = """
+print("Traceback (most recent call last):", flush=True)
+print('  File "torch/distributed/elastic/agent/server/api.py", line 958, in _exit_barrier', flush=True)
+print("torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: "
+      "The connection to the C10d store has failed. See inner exception for details.", flush=True)
+sys.exit(1)
+"""
+
+
+def test_a_launcher_failing_after_complete_metrics_is_ok_with_a_warning(tmp_path):
+    """The program wrote its whole measurement, then the launcher's agent lost the rendezvous
+    store on its way out (exit 1): the run is ok, with a warning naming the error."""
+    point = scripted_point(tmp_path, ok_metrics_body(150.0) + RENDEZVOUS_LOST)
+    result = benchc("run", str(point), db=tmp_path / "r.db")
+    assert result.returncode == 0, result.stdout + result.stderr
+    record = only_run(tmp_path / "r.db")
+    assert record.status == "ok" and record.metrics["throughput"]["job"] == 150.0
+    assert record.cause.startswith(
+        "warning: the launcher failed after the metrics were complete (exit code 1): "
+    )
+    assert "RendezvousConnectionError: The connection to the C10d store has failed" in record.cause
+    assert "warning: the launcher failed after the metrics were complete" in result.stdout
+
+
+def test_a_launcher_failing_before_complete_metrics_is_still_a_failure(tmp_path):
+    body = "step(1)\n" + RENDEZVOUS_LOST
+    result = benchc("run", str(scripted_point(tmp_path, body)), db=tmp_path / "r.db")
+    assert result.returncode == 1
+    record = only_run(tmp_path / "r.db")
+    assert record.status == "failed" and "RendezvousConnectionError" in record.cause
+    assert "no metrics written" in record.cause
+
+
+def marked_processes(marker: str, *needles: bytes) -> list[int]:
+    """Live processes whose environment holds BENCHC_RUN=marker and whose command line holds
+    every needle."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                environ = (entry / "environ").read_bytes().split(b"\0")
+                command = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if f"BENCHC_RUN={marker}".encode() in environ and all(n in command for n in needles):
+                found.append(int(entry.name))
+    return found
+
+
+def finished_metrics(point: Path) -> Path | None:
+    """A run's metrics file under `point` once it says ok (written whole: atomically)."""
+    for path in point.glob("runs/*/metrics.json"):
+        if json.loads(path.read_text()).get("status") == "ok":
+            return path
+    return None
+
+
+@pytest.mark.timing
+def test_a_node_lost_after_the_metrics_are_written_leaves_the_run_ok(tmp_path):
+    """Two real nodes on loopback (the S1 smoke, a rank each, torchrun's c10d rendezvous);
+    each rank lingers 3 s on its way out (a slow shutdown, as under load), and node 0's
+    torchrun agent is killed as soon as rank 0's metrics are on disk. The measurement was
+    complete: the run is ok, with a warning naming how node 0's launcher ended."""
+    build = tmp_path / "build"
+    assert run_cli("compile", "specs/sd3.bench", "--smoke", "--set", "train.batch=16", "-o", str(build),
+                   cwd=REPO).code == 0  # fmt: skip
+    (point,) = (build / "sd3_mmdit_train/cpu").iterdir()
+    program = (point / "bench.py").read_text()
+    ending = "    end_process_group()\n    return 0\n"
+    assert program.count(ending) == 1
+    (point / "bench.py").write_text(
+        program.replace(ending, "    end_process_group()\n    time.sleep(3)\n    return 0\n")
+    )
+    db = tmp_path / "r.db"
+    runner = start_benchc("run", str(point), db=db)
+    deadline = time.monotonic() + 240
+    while (metrics := finished_metrics(point)) is None:
+        assert time.monotonic() < deadline and runner.poll() is None, "no metrics"
+        time.sleep(0.02)
+    marker = str(metrics.parent.resolve())
+    (agent,) = [pid for pid in marked_processes(marker, b"torch.distributed.run")
+                if b"MACHINE_RANK=0" in (Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"))]  # fmt: skip
+    os.kill(agent, signal.SIGKILL)
+    output, _ = runner.communicate(timeout=120)
+    assert runner.returncode == 0, output
+    record = only_run(db)
+    assert record.status == "ok" and record.metrics["status"] == "ok", record.cause
+    assert record.metrics["world_size"] == 2 and record.metrics["steps"]["measured"] >= 1
+    assert record.cause.startswith(
+        "warning: the launcher failed after the metrics were complete (exit code 137)"
+    )
+    assert not marked_processes(marker)
 
 
 def test_two_runs_write_to_the_store_at_once(tmp_path):

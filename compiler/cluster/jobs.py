@@ -158,6 +158,8 @@ def collect(store: Store, trials: list[RunRecord], state: slurm.JobState, note: 
                 if status != "ok" and state.state != "COMPLETED":
                     status = STATUS_OF_STATE.get(state.state, "failed")
                     cause = f"{ended}: {cause or failure_cause(metrics, ranks, None, tail)}"
+                elif state.state != "COMPLETED":  # the measurement was whole before the job failed
+                    cause = f"warning: {ended} after trial {record.trial}'s metrics were complete"
                 store.finish(record.id, status, cause, metrics, tail, ended_at=metrics.get("ended_at"),
                              job_state=state.state, exit_code=state.exit_code,
                              metrics_sha256=metrics_sha256(metrics),

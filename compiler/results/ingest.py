@@ -53,7 +53,8 @@ def outcome(metrics: dict) -> tuple[str, str | None]:
     known = ("ok", "failed", "interrupted", "cancelled", "timeout")
     status = metrics["status"] if metrics["status"] in known else "failed"
     error = metrics.get("error") or {}
-    cause = f"{error.get('type')}: {error.get('message')}" if error else None
+    kind = "numerics" if error.get("type") == "NumericsMismatch" else error.get("type")
+    cause = f"{kind}: {error.get('message')}" if error else None
     return status, cause
 
 

@@ -47,6 +47,7 @@ class Outcome:
     log_tail: str
     elapsed_s: float
     signum: int | None = None  # terminated: the signal benchc received (its exit is 128 + it)
+    warning: str | None = None  # ok, but something after the measurement went wrong
 
 
 def find_points(path: Path) -> list[BuildPoint]:
@@ -178,6 +179,13 @@ def launch(path: Path, nodes: int, world: int, run_dir: Path, timeout_s: float,
         return Outcome("failed", invalid, None, returncode, log_tail, elapsed)
     if returncode == 0 and metrics and metrics.get("status") == "ok":
         return Outcome("ok", None, metrics, returncode, log_tail, elapsed)
+    if metrics and metrics.get("status") == "ok":
+        # Rank 0 writes the whole measurement before the job's last collective: a launcher
+        # that fails after that (a node's agent finding the rendezvous store of another
+        # already gone, a rank ending badly on its way out) does not undo it.
+        why = shutdown_error(log_tail) or _last_exception(log_tail) or "see the log"
+        warning = f"the launcher failed after the metrics were complete (exit code {returncode}): {why}"
+        return Outcome("ok", None, metrics, returncode, log_tail, elapsed, warning=warning)
     if metrics and metrics.get("status") in ("cancelled", "timeout"):  # SIGTERM from elsewhere
         return Outcome(metrics["status"], f"the program received SIGTERM{_reached(metrics)}, not from benchc",
                        metrics, returncode, log_tail, elapsed)  # fmt: skip
@@ -231,21 +239,44 @@ def failure_cause(metrics: dict | None, rank_files: list[Path], returncode: int 
             return f"out of memory on rank {rank}: {message}"
         if kind == "FloatingPointError":
             return f"non-finite loss on rank {rank}: {message}"
+        if kind == "NumericsMismatch":
+            return f"numerics on rank {rank}: {message}"
         return f"rank {rank} raised {kind}: {message}"
     if "out of memory" in log_tail.lower():
         code = f" (exit code {returncode})" if returncode is not None else ""
         return f"out of memory{code}; see the log"
     if returncode in (-9, 137):
         return "killed by SIGKILL (out of host memory?) before writing metrics"
-    lines = [_NODE_PREFIX.sub("", line).strip() for line in log_tail.splitlines()]
-    raised = [line for line in lines if _EXCEPTION_LINE.match(line)]
-    if raised:  # the last line of a Python traceback names the exception
+    raised = _last_exception(log_tail)
+    written = "its metrics written" if metrics else "no metrics written"
+    if raised:
         code = f"exit code {returncode}, " if returncode is not None else ""
-        return f"crashed with {raised[-1]} ({code}no metrics written)"
+        return f"crashed with {raised} ({code}{written})"
     if returncode is None:
-        return "no metrics written; see the log"
+        return f"{written}; see the log"
+    if metrics:
+        return f"exited with code {returncode} after writing its metrics; see the log"
     return f"exited with code {returncode} without writing metrics; see the log"
 
 
+def _last_exception(log_tail: str) -> str | None:
+    """The last line of a Python traceback in the log's tail (it names the exception)."""
+    lines = [_NODE_PREFIX.sub("", line).strip() for line in log_tail.splitlines()]
+    raised = [line for line in lines if _EXCEPTION_LINE.match(line)]
+    return raised[-1] if raised else None
+
+
+def shutdown_error(log_tail: str) -> str | None:
+    """The last error a distributed launcher's agent raised about its rendezvous (the c10d
+    store it shares with the other nodes' agents) in the log's tail, or None."""
+    lines = [_NODE_PREFIX.sub("", line).strip() for line in log_tail.splitlines()]
+    found = [line for line in lines if _RENDEZVOUS_ERROR.match(line)]
+    return found[-1] if found else None
+
+
+_RENDEZVOUS_ERROR = re.compile(
+    r"^(torch\.distributed\.elastic\.rendezvous\.api\.)?"
+    r"(RendezvousConnectionError|RendezvousClosedError|RendezvousStateError|RendezvousTimeoutError)\b"
+)
 _NODE_PREFIX = re.compile(r"^\[node \d+\] ")  # the runner's prefix on each node's lines
 _EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception|Interrupt)):\s")

@@ -97,8 +97,9 @@ def _trials(points, store: Store, repeat_flag: int | None, timeout_flag: float |
                 outcome = Outcome("terminated", f"benchc received {signalled}", None, None, "", 0.0,
                                   signalled.signum)  # fmt: skip
             finally:
-                with signals_held():  # the row always ends
-                    store.finish(run_id, outcome.status, outcome.cause, outcome.metrics, outcome.log_tail)
+                with signals_held():  # the row always ends; an ok run's warning in its cause
+                    cause = f"warning: {outcome.warning}" if outcome.warning else outcome.cause
+                    store.finish(run_id, outcome.status, cause, outcome.metrics, outcome.log_tail)
             tally[outcome.status] = tally.get(outcome.status, 0) + 1
             _say(label, run_id, outcome, metric)
             if outcome.status in ("interrupted", "terminated"):
@@ -120,6 +121,8 @@ def _say(label: str, run_id: str, outcome, metric: str | None) -> None:
         head = headline(m, metric)
         shown = rate if head == rate else f"{head} ({rate})"
         print(f"ok      {label}: {shown}, step median {step_ms} ms  [run {run_id}]", flush=True)
+        if outcome.warning:
+            print(f"  warning: {outcome.warning}", flush=True)
     else:
         print(f"{outcome.status:7} {label}: {outcome.cause}  [run {run_id}]", flush=True)
         if outcome.log_tail:

@@ -137,6 +137,7 @@ class Device:
 
     family = "cuda"
     backend = "nccl"
+    contiguous_region_inputs = False  # compiled blocks take their inputs as they come
 
     def __init__(self, local_rank: int) -> None:
         if not torch.cuda.is_available():
@@ -299,11 +300,22 @@ def synthetic_batch(train: dict, model_plan: dict, device) -> dict:
     }
 
 
-def compute_loss(model, batch: dict, autocast, options: dict):
-    """Rectified flow, SD3's objective: predict velocity (noise - data) at sigma."""
+def step_draws(batch: dict) -> dict:
+    """One step's random draws (the noise and sigma), fixed: a step computed twice alike."""
     latents = batch["latents"]
-    noise = torch.randn_like(latents)
     sigma = torch.sigmoid(torch.randn(latents.shape[0], device=latents.device))
+    return {"noise": torch.randn_like(latents), "sigma": sigma}
+
+
+def compute_loss(model, batch: dict, autocast, options: dict):
+    """Rectified flow, SD3's objective: predict velocity (noise - data) at sigma, each drawn
+    anew unless the batch fixes them (step_draws)."""
+    latents = batch["latents"]
+    if "noise" in batch:
+        noise, sigma = batch["noise"], batch["sigma"]
+    else:
+        noise = torch.randn_like(latents)
+        sigma = torch.sigmoid(torch.randn(latents.shape[0], device=latents.device))
     sigma_ = sigma.view(-1, 1, 1, 1)
     noisy = (1.0 - sigma_) * latents + sigma_ * noise
     with autocast:
@@ -424,33 +436,38 @@ def scheduler_job():
 
 
 class Stopped(BaseException):
-    """The program received SIGTERM; `status` says whether the job's time limit had come.
+    """The program received SIGTERM (or SIGINT), raised at the next safe point; `status` says
+    whether the job's time limit had come (or the user interrupted).
 
-    A BaseException, as KeyboardInterrupt is: code that catches Exception (a compiler falling
-    back to eager, a retry) lets it through. Code that wraps it all the same (Dynamo raises
-    BackendCompilerFailed or InternalTorchDynamoError from it) is classified by the flag the
-    handler sets, ENDING["signum"]: whatever exception ends the run after SIGTERM, the run
-    was stopped, not failed."""
+    Never raised by the signal handler itself: an exception raised from a handler lands in
+    whatever the main thread runs at that moment, torch's dispatch included, where it can
+    abort the process ("terminate called after throwing an instance of 'c10::Error'"). The
+    handler records the ending and sets a flag; the program's own code raises this at a safe
+    point (stop_if_asked), and the watchdog ends a process that reaches none in time. A
+    BaseException, so code that catches Exception lets it through; the run is classified by
+    the flag, ENDING["signum"], whatever exception ends it."""
 
     def __init__(self, signum: int, status: str = ""):
         self.signum = signum
-        self.status = status or stop_status()
+        self.status = status or stop_status(signum)
         super().__init__(f"received {signal.Signals(signum).name} ({self.status})")
 
 
-def stop_status() -> str:
-    """timeout once the job's end time has come (job.sbatch exports it in Unix time as
-    BENCHC_JOB_END_TIME), else cancelled."""
+def stop_status(signum: int) -> str:
+    """interrupted for SIGINT (Ctrl-C); timeout once the job's end time has come (job.sbatch
+    exports it in Unix time as BENCHC_JOB_END_TIME); else cancelled."""
+    if signum == signal.SIGINT:
+        return "interrupted"
     ends = os.environ.get("BENCHC_JOB_END_TIME", "")
     limit_reached = ends.isdigit() and time.time() >= int(ends) - 60
     return "timeout" if limit_reached else "cancelled"
 
 
-# How the run ends, shared with the signal handlers. main() names the metrics being filled,
+# How the run ends, shared with the signal handler. main() names the metrics being filled,
 # the file they go to and the rank, and sets `closing` once the run is over (from then on it
-# records the ending itself, and a signal only wakes the watchdog). A SIGTERM before that
+# records the ending itself, and a signal only wakes the watchdog). A stop signal before that
 # sets `signum` and `status`, the flag every ending is classified by, and `written` once its
-# record is on disk. `stop_seen`: the first SIGTERM's number, whenever it came.
+# record is on disk. `stop_seen`: the first stop signal's number, whenever it came.
 ENDING = {
     "metrics": None,
     "path": None,
@@ -461,24 +478,30 @@ ENDING = {
     "closing": False,
     "stop_seen": None,
 }
-# After SIGTERM the process ends within this many seconds, even where the stop is swallowed
-# (an exception caught and the work carried on, a wait that never returns): the watchdog
-# exits with 128 + the signal. Below launch.sh's grace (30 s) and Slurm's default KillWait.
+# After a stop signal the main thread has SAFE_POINT_S seconds to reach a safe point (between
+# steps and phases) and unwind from there; one that reaches none (inside torch.compile, a
+# long kernel, a wait that never returns) is ended by the watchdog: its child processes
+# killed, then the exit with 128 + the signal, the record already on disk. Whatever happens,
+# the process is gone STOP_GRACE_S seconds after the signal: below launch.sh's grace (30 s)
+# and Slurm's default KillWait.
+SAFE_POINT_S = 3.0
 STOP_GRACE_S = 20.0
-STOP_SEEN = threading.Event()  # set by the first SIGTERM: wakes the watchdog
+STOP_SEEN = threading.Event()  # set by the first stop signal: wakes the watchdog
+AT_SAFE_POINT = threading.Event()  # set when the main thread stops at a safe point
 
 
 def set_phase(metrics: dict, name: str) -> None:
     """The phase the run is in (startup, compiling, warmup, measuring): recorded, so that a
-    run stopped or failed says where, and printed by rank 0 as `phase NAME`."""
+    run stopped or failed says where, and printed by rank 0 as `phase NAME`. A safe point."""
+    stop_if_asked()
     metrics["phase"] = name
     if ENDING["rank"] == 0:
         print(f"phase {name}", flush=True)
 
 
 def stopped_record(metrics: dict) -> dict:
-    """The metrics so far as a stopped run: cancelled or timeout, with the step reached
-    (progress) and the phase the signal came in."""
+    """The metrics so far as a stopped run: cancelled, timeout or interrupted, with the step
+    reached (progress) and the phase the signal came in."""
     name = signal.Signals(ENDING["signum"]).name
     where = f" in phase {metrics['phase']}" if metrics.get("phase") else ""
     return {
@@ -494,45 +517,90 @@ def stopped_record(metrics: dict) -> dict:
 
 
 def stop_on_signal(signum, frame):
-    """SIGTERM (a scheduler's cancel or time limit, a launcher stopping the ranks): set the
-    flag, wake the watchdog, record the run as cancelled (or timeout) at once and
-    atomically, in case the process is killed before it unwinds, then raise Stopped. A
-    second SIGTERM changes nothing; one after the run is over only wakes the watchdog.
-    (Nothing here takes a lock the interrupted code may hold: no thread is started.)"""
+    """SIGTERM (a scheduler's cancel or time limit, a launcher stopping the ranks) or SIGINT
+    (Ctrl-C): set the flag, record the run as cancelled, timeout or interrupted at once and
+    atomically (in case the process is killed before it unwinds), wake the watchdog. It
+    raises nothing (see Stopped): the main thread stops at its next safe point, or the
+    watchdog ends the process. A second signal changes nothing; one after the run is over
+    only wakes the watchdog. (Nothing here takes a lock the interrupted code may hold.)"""
     if ENDING["stop_seen"] is not None:
         return
     ENDING["stop_seen"] = signum
-    STOP_SEEN.set()
     # A last resort that needs no Python thread to run (the main thread may hold the GIL in
     # C code): every thread's stack to stderr and _exit(1), some seconds after the watchdog.
     faulthandler.dump_traceback_later(STOP_GRACE_S + 10.0, exit=True)
-    if ENDING["closing"]:
-        return  # the run is over: main() records how it ended
-    ENDING["signum"], ENDING["status"] = signum, stop_status()
-    if ENDING["metrics"] is not None:
-        with contextlib.suppress(Exception):  # if not, main() writes it on its way out
-            write_json(ENDING["path"], stopped_record(ENDING["metrics"]))
-            ENDING["written"] = True
-    raise Stopped(signum, ENDING["status"])
+    if not ENDING["closing"]:  # once the run is over, main() records how it ended
+        ENDING["signum"], ENDING["status"] = signum, stop_status(signum)
+        if ENDING["metrics"] is not None:
+            # if not, main() writes it on its way out
+            with contextlib.suppress(Exception):
+                write_json(ENDING["path"], stopped_record(ENDING["metrics"]))
+                ENDING["written"] = True
+    STOP_SEEN.set()
 
 
-def interrupt_on_signal(signum, frame):
-    """SIGINT (Ctrl-C): KeyboardInterrupt, as Python's own handler, except once the run is
-    over (a second Ctrl-C, or one a launcher passes on, cuts the record short nowhere)."""
-    if not ENDING["closing"]:
-        raise KeyboardInterrupt
+def stop_if_asked() -> None:
+    """A safe point, in the program's own code between steps and phases: after a stop signal,
+    unwind from here (Stopped), never from inside torch."""
+    if ENDING["signum"] is not None and not ENDING["closing"]:
+        AT_SAFE_POINT.set()
+        raise Stopped(ENDING["signum"], ENDING["status"])
+
+
+def child_processes(pid: int) -> list:
+    """Every live descendant of `pid` (Linux /proc; none elsewhere): torch.compile's compile
+    workers and the compilers they run."""
+    parents = {}
+    with contextlib.suppress(OSError):
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                with contextlib.suppress(OSError, IndexError, ValueError):
+                    with open(f"/proc/{entry}/stat") as stat:
+                        fields = stat.read().rsplit(")", 1)[1].split()
+                    if fields[0] != "Z":
+                        parents[int(entry)] = int(fields[1])
+    found, frontier = [], [pid]
+    while frontier:
+        parent = frontier.pop()
+        children = [child for child, of in parents.items() if of == parent]
+        found += children
+        frontier += children
+    return found
+
+
+def end_process(code: int, why: str) -> None:
+    """Ends this process from the watchdog: says why, kills its child processes (nothing of
+    the run is left behind), exits with `code`. The ending is already on disk."""
+    print(f"bench.py: {why}", file=sys.stderr, flush=True)
+    for child in child_processes(os.getpid()):
+        with contextlib.suppress(OSError):
+            os.kill(child, signal.SIGKILL)
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+    os._exit(code)
 
 
 def watchdog() -> None:
-    """A daemon thread main() starts: once a SIGTERM has come, it waits STOP_GRACE_S; a
-    process still running then has swallowed the stop. It says where (every thread's
-    stack), then exits with 128 + the signal."""
+    """A daemon thread main() starts. Once a stop signal has come: a main thread that has not
+    reached a safe point within SAFE_POINT_S (it is compiling, or in a long call) is ended
+    here; one that has, or a run already over, gets until STOP_GRACE_S to exit, after
+    which every thread's stack is printed (where it hangs) and the process ended."""
     STOP_SEEN.wait()
-    time.sleep(STOP_GRACE_S)
-    message = f"bench.py: still running {STOP_GRACE_S:g} s after SIGTERM; exiting"
-    print(message, file=sys.stderr, flush=True)
+    code = 128 + ENDING["stop_seen"]
+    unwinding = ENDING["closing"] or AT_SAFE_POINT.wait(SAFE_POINT_S)
+    if not unwinding and not ENDING["closing"]:
+        name = signal.Signals(ENDING["stop_seen"]).name
+        phase = (ENDING["metrics"] or {}).get("phase") or "startup"
+        end_process(
+            code,
+            f"rank {ENDING['rank']} stopped by {name} ({ENDING['status']}) in phase {phase}, "
+            f"between safe points: ending the process",
+        )
+    time.sleep(max(0.0, STOP_GRACE_S - SAFE_POINT_S))
+    message = f"still running {STOP_GRACE_S:g} s after the stop signal; exiting"
+    print(f"bench.py: {message}", file=sys.stderr, flush=True)
     faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
-    os._exit(128 + ENDING["stop_seen"])
+    end_process(code, "ended by its watchdog")
 
 
 def write_json(path: str, payload: dict) -> None:
@@ -573,6 +641,25 @@ def start_processes(metrics: dict):
             f"launched with {world} processes, but the plan is for {PLAN['world_size']}"
         )
     return rank, world, device
+
+
+def end_process_group() -> None:
+    """The job's last collective, once rank 0 has written its metrics: a barrier (no rank
+    leaves while another still needs it), then the process group ended. A failure here (a
+    peer, or the launcher's rendezvous store, gone first) cannot change a measurement that
+    is already on disk: it is said, not raised."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    try:
+        dist.barrier()
+        dist.destroy_process_group()
+    except Exception as error:
+        print(
+            f"bench.py: rank {ENDING['rank']}: ending the process group failed after the "
+            f"metrics were written: {type(error).__name__}: {error}",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def timing_summary(times: list, warmup: int) -> dict:
@@ -692,7 +779,9 @@ class MeasuredWindow:
             self.losses.append(loss.detach())
 
     def more(self) -> bool:
-        """Another step? Until the window's steps are done (the same count on every rank)."""
+        """Another step? Until the window's steps are done (the same count on every rank).
+        A safe point for a stop signal (a flag read: nothing waits for the device)."""
+        stop_if_asked()
         return len(self.marks) - 1 < self.steps
 
     def __exit__(self, *exc) -> None:
@@ -720,6 +809,10 @@ def record_tier(metrics: dict, device) -> None:
     metrics["optimize"] = PLAN["optimize"]["tier"]
     metrics["optimize_detail"] = dict(PLAN["optimize"]["knobs"])
     metrics["numerics"] = device.numerics()
+    compiled = PLAN["optimize"]["knobs"]["compile"] != "off"
+    contiguous = compiled and device.contiguous_region_inputs
+    workaround = "contiguous inputs to compiled blocks"
+    metrics["workarounds"] = [workaround] if contiguous else []
 
 
 def since_process_start(started: float) -> float:
@@ -734,12 +827,25 @@ def since_process_start(started: float) -> float:
     return max(age, time.perf_counter() - started)
 
 
-def compile_blocks(blocks, options: dict) -> None:
+def compile_blocks(blocks, options: dict, contiguous_inputs: bool = False) -> None:
     """Regional compilation: each repeated block compiled on its own and whole (fullgraph),
     replacing it in its list. The blocks share their compiled code, so the compile time
-    does not grow with the depth; sharding wraps the compiled blocks (torchtitan's order)."""
+    does not grow with the depth; sharding wraps the compiled blocks (torchtitan's order).
+    contiguous_inputs: the tensors a block is called with are made contiguous first,
+    eagerly, outside the compiled code (the adapter says why)."""
     for index, block in enumerate(blocks):
         blocks[index] = torch.compile(block, fullgraph=True, **options)
+        if contiguous_inputs:
+            blocks[index].register_forward_pre_hook(made_contiguous, with_kwargs=True)
+
+
+def made_contiguous(module, args: tuple, kwargs: dict):
+    """A forward pre-hook: the call's tensors contiguous (a copy only where they are not)."""
+
+    def made(value):
+        return value.contiguous() if isinstance(value, torch.Tensor) else value
+
+    return tuple(made(a) for a in args), {k: made(v) for k, v in kwargs.items()}
 
 
 def use_compile_cache(metrics: dict) -> None:
@@ -973,6 +1079,70 @@ TORCH_OPTIMIZERS = {
 }
 
 
+# The first step against an eager forward of the same weights, batch and random draws, before
+# any optimizer step: the relative difference of their losses allowed per precision. A
+# compiler's bug on a chip nobody here has tried ends the run as `numerics`, with both
+# values, rather than becoming a benchmark number.
+FIRST_STEP_TOLERANCE = {"fp32": 1e-3, "bf16": 2e-2, "fp16": 1e-2}
+
+
+class NumericsMismatch(RuntimeError):
+    """The first step's loss is not the eager forward's, within the precision's tolerance."""
+
+
+def first_step_check(reference: float, first: float, world: int, device) -> dict:
+    """The first step's loss against the eager reference's, on every rank (each its own
+    batch): the record for the metrics, `passed` only where every rank's is within the
+    tolerance (the worst difference agreed by all, so all end alike)."""
+    tolerance = FIRST_STEP_TOLERANCE[PLAN["train"]["precision"]]
+    finite = math.isfinite(reference) and math.isfinite(first)
+    scale = max(abs(reference), 1e-12)
+    difference = abs(first - reference) / scale if finite else math.inf
+    worst = torch.tensor([difference], device=device.device)
+    if world > 1:
+        dist.all_reduce(worst, op=dist.ReduceOp.MAX)
+    worst = float(worst)
+    return {
+        "reference": "eager forward: same weights, batch and draws; torch.compile off; no grad",
+        "compiled": PLAN["optimize"]["knobs"]["compile"] != "off",
+        "reference_loss": reference if math.isfinite(reference) else None,
+        "first_loss": first if math.isfinite(first) else None,
+        "relative_difference": difference if finite else None,
+        "worst_relative_difference": worst if math.isfinite(worst) else None,
+        "tolerance": tolerance,
+        "passed": worst <= tolerance,
+    }
+
+
+def check_first_step(metrics: dict, reference: float, first: float, world: int, device):
+    """The first-step check recorded in the metrics; a failed one ends the run (numerics)."""
+    check = first_step_check(reference, first, world, device)
+    metrics["first_step_check"] = check
+    if not check["passed"]:
+        raise numerics_error(check, reference, first)
+
+
+def numerics_error(check: dict, reference: float, first: float) -> NumericsMismatch:
+    """What a failed first-step check says: both losses and by how much they differ."""
+    precision = PLAN["train"]["precision"]
+    what = "compiled " if check["compiled"] else ""
+    allowed = f"{precision} allows {check['tolerance']:.2%}"
+    own = check["relative_difference"]
+    if own is None or own > check["tolerance"]:
+        by = "" if own is None else f" by {own:.2%}"
+        return NumericsMismatch(
+            f"the {what}first step's loss {first:.6g} differs from an eager forward's "
+            f"{reference:.6g} on the same weights and batch{by} ({allowed}): the {what}code "
+            f"computes something else on this machine"
+        )
+    worst = check["worst_relative_difference"]
+    by = "by more than the tolerance" if worst is None else f"by {worst:.2%}"
+    return NumericsMismatch(
+        f"another rank's {what}first step differs from its eager forward {by} ({allowed}); "
+        f"here {first:.6g} against {reference:.6g}"
+    )
+
+
 def train(metrics: dict, started: float, trace_to=None) -> None:
     rank, world, device = start_processes(metrics)
     run, model_plan = PLAN["train"], PLAN["model"]
@@ -982,23 +1152,32 @@ def train(metrics: dict, started: float, trace_to=None) -> None:
     torch.manual_seed(run["seed"])
     device.before_model()
     # The runtime layer (below the core): the model, its sharding and optimizer, one step.
-    step = prepare_training(device, world, metrics)
+    step, eager_loss = prepare_training(device, world, metrics)
     torch.manual_seed(run["seed"] + rank)  # different data on every rank
     batch = synthetic_batch(run, model_plan, device.device)
+    # The first step's batch with its random draws fixed, and its loss by an eager forward
+    # (the reference of the first-step check), before anything is compiled or updated.
+    first_batch = {**batch, **step_draws(batch)}
+    reference = eager_loss(first_batch)
+    if not math.isfinite(reference):
+        raise FloatingPointError(f"loss is {reference} in a forward before any step")
     metrics["startup_s"] = since_process_start(started)
     metrics["device_state"] = device_state(device)
     # Warmup on exactly the measured shapes, each step waited for; the first one compiles.
     compiled = PLAN["optimize"]["knobs"]["compile"] != "off"
     warmup_times, losses = [], []
     for index in range(run["warmup"]):
+        stop_if_asked()  # a safe point: between steps
         metrics["progress"] = {"step": index + 1, "of": run["steps"]}
         if index == 0:
             set_phase(metrics, "compiling" if compiled else "warmup")
         begin = time.perf_counter()
-        loss = step(batch)
+        loss = step(first_batch if index == 0 else batch)
         device.synchronize()
         warmup_times.append(time.perf_counter() - begin)
         losses.append(float(loss))
+        if index == 0:
+            check_first_step(metrics, reference, losses[0], world, device)
         if not math.isfinite(losses[-1]):
             raise FloatingPointError(f"loss is {losses[-1]} at step {index + 1}")
         if index == 0 and compiled:
@@ -1021,7 +1200,7 @@ def train(metrics: dict, started: float, trace_to=None) -> None:
         shown, shown_index = time.perf_counter(), index
         while window.more():
             metrics["progress"] = {"step": index + 1, "of": total}
-            window.record(step(batch))
+            window.record(step(first_batch if index == 0 else batch))
             index += 1
             now = time.perf_counter()
             if rank == 0 and (now - shown >= 1.0 or not window.more()):
@@ -1031,6 +1210,8 @@ def train(metrics: dict, started: float, trace_to=None) -> None:
                 shown, shown_index = now, index
     step_times = window.times()
     measured_losses = window.loss_values()
+    if run["warmup"] == 0:  # the first step was measured: its loss is read only now
+        check_first_step(metrics, reference, measured_losses[0], world, device)
     bad = [i for i, value in enumerate(measured_losses) if not math.isfinite(value)]
     if bad:
         at = run["warmup"] + bad[0] + 1
@@ -1066,9 +1247,6 @@ def train(metrics: dict, started: float, trace_to=None) -> None:
     )
     if compiled and warmup_times:  # compile reported apart from the rest of the warmup
         metrics["warmup_s"] = sum(warmup_times[1:])
-    if world > 1:
-        dist.barrier()
-        dist.destroy_process_group()
 
 
 # ==== benchc: end of device-neutral core ====
@@ -1096,8 +1274,10 @@ def wrap_parallel(model, device, parallel: dict, world: int, dtype):
 
 def prepare_training(device, world: int, metrics: dict):
     """The torch runtime: the model built and wrapped by this program itself (DDP, FSDP2 or
-    DeepSpeed), its optimizer, and step(batch), one optimizer step over the plan's micro
-    batches, returning their mean loss. Records the model's wrapper in the metrics."""
+    DeepSpeed), its optimizer, and (step, eager_loss): step(batch), one optimizer step over
+    the plan's micro batches, returning their mean loss, and eager_loss(batch), the loss of
+    one forward with torch.compile's regions run eagerly, no gradient (the first-step
+    check's reference). Records the model's wrapper in the metrics."""
     run, model_plan, parallel = PLAN["train"], PLAN["model"], PLAN["parallel"]
     dtype = DTYPES[run["precision"]]
     knobs = PLAN["optimize"]["knobs"]
@@ -1112,7 +1292,8 @@ def prepare_training(device, world: int, metrics: dict):
         fuse_qkv(model)
     model.train()
     if knobs["compile"] == "regional":  # before sharding, as torchtitan orders them
-        compile_blocks(repeated_blocks(model), device.compile_options())
+        contiguous = device.contiguous_region_inputs
+        compile_blocks(repeated_blocks(model), device.compile_options(), contiguous)
     model = wrap_parallel(model, device, parallel, world, dtype)
     if on_meta:
         materialise(model, buffers, device.device)
@@ -1156,7 +1337,14 @@ def prepare_training(device, world: int, metrics: dict):
         device.mark_step()
         return total
 
-    return step
+    def eager_loss(batch: dict) -> float:
+        with torch.no_grad(), torch.compiler.set_stance("force_eager"):
+            with device.attention(run["attention"]):
+                loss = compute_loss(model, batch, autocast, options)
+            device.mark_step()
+            return float(loss)
+
+    return step, eager_loss
 
 
 def main(argv=None) -> int:
@@ -1195,12 +1383,13 @@ def main(argv=None) -> int:
     failure = None
     try:
         try:
-            # SIGTERM: a scheduler's cancel or time limit, or a launcher stopping the ranks.
-            # Recorded at once as cancelled (or timeout) with the step and phase reached.
+            # SIGTERM: a scheduler's cancel or time limit, or a launcher stopping the ranks;
+            # SIGINT: Ctrl-C (unless a launcher ignores it for us). Recorded at once as
+            # cancelled, timeout or interrupted with the step and phase reached.
             threading.Thread(target=watchdog, name="watchdog", daemon=True).start()
             signal.signal(signal.SIGTERM, stop_on_signal)
             if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-                signal.signal(signal.SIGINT, interrupt_on_signal)
+                signal.signal(signal.SIGINT, stop_on_signal)
             set_phase(metrics, "startup")
             if PLAN["profile"] or args.profile:
                 # a few more steps profiled: a summary in the metrics, a trace beside them
@@ -1237,10 +1426,11 @@ def main(argv=None) -> int:
         write_json(path, metrics)
         raise failure
     metrics["wall_s"] = time.perf_counter() - started
-    if rank == 0:
+    if rank == 0:  # the measurement, on disk before the job's last collective
         write_json(path, metrics)
         value, unit = headline(metrics)
         print(f"{PLAN['metric']}: {value:.4g} {unit} -> {args.metrics}", flush=True)
+    end_process_group()
     return 0
 
 

@@ -201,6 +201,11 @@ class Device:
 
     family = "cpu"
     backend = "gloo"
+    # Compiled blocks are called with contiguous tensors (copied eagerly where not): on a Xeon
+    # with AMX and AVX512-BF16 (torch 2.13), Inductor's 512-bit C++ code for a bf16 block
+    # gave NaN when its input was a transpose (SD3's patch embedding returns one); with the
+    # input contiguous it is right (docs/programs.md; benchmarks/repro_inductor_bf16_nan.py).
+    contiguous_region_inputs = True
 
     def __init__(self, local_rank: int) -> None:
         self.device = torch.device("cpu")
@@ -253,7 +258,7 @@ class Device:
         """compile: the MMDiT's blocks compiled one by one (Inductor's CPU code); encoders and
         VAE run eagerly."""
         if PLAN["optimize"]["knobs"]["compile"] == "regional":
-            compile_blocks(pipe.transformer.transformer_blocks, {})
+            compile_blocks(pipe.transformer.transformer_blocks, {}, True)
         return pipe
 
     def pipeline_call_options(self, run: dict) -> dict:
@@ -346,12 +351,13 @@ def main(argv=None) -> int:
     failure = None
     try:
         try:
-            # SIGTERM: a scheduler's cancel or time limit, or a launcher stopping the ranks.
-            # Recorded at once as cancelled (or timeout) with the step and phase reached.
+            # SIGTERM: a scheduler's cancel or time limit, or a launcher stopping the ranks;
+            # SIGINT: Ctrl-C (unless a launcher ignores it for us). Recorded at once as
+            # cancelled, timeout or interrupted with the step and phase reached.
             threading.Thread(target=watchdog, name="watchdog", daemon=True).start()
             signal.signal(signal.SIGTERM, stop_on_signal)
             if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-                signal.signal(signal.SIGINT, interrupt_on_signal)
+                signal.signal(signal.SIGINT, stop_on_signal)
             set_phase(metrics, "startup")
             if PLAN["profile"] or args.profile:
                 # a few more steps profiled: a summary in the metrics, a trace beside them
@@ -388,10 +394,11 @@ def main(argv=None) -> int:
         write_json(path, metrics)
         raise failure
     metrics["wall_s"] = time.perf_counter() - started
-    if rank == 0:
+    if rank == 0:  # the measurement, on disk before the job's last collective
         write_json(path, metrics)
         value, unit = headline(metrics)
         print(f"{PLAN['metric']}: {value:.4g} {unit} -> {args.metrics}", flush=True)
+    end_process_group()
     return 0
 
 

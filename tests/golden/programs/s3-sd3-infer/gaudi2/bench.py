@@ -210,6 +210,7 @@ class Device:
 
     family = "hpu"
     backend = "hccl"
+    contiguous_region_inputs = False  # compiled blocks take their inputs as they come
 
     def __init__(self, local_rank: int) -> None:
         self.device = torch.device("hpu")
@@ -368,12 +369,13 @@ def main(argv=None) -> int:
     failure = None
     try:
         try:
-            # SIGTERM: a scheduler's cancel or time limit, or a launcher stopping the ranks.
-            # Recorded at once as cancelled (or timeout) with the step and phase reached.
+            # SIGTERM: a scheduler's cancel or time limit, or a launcher stopping the ranks;
+            # SIGINT: Ctrl-C (unless a launcher ignores it for us). Recorded at once as
+            # cancelled, timeout or interrupted with the step and phase reached.
             threading.Thread(target=watchdog, name="watchdog", daemon=True).start()
             signal.signal(signal.SIGTERM, stop_on_signal)
             if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-                signal.signal(signal.SIGINT, interrupt_on_signal)
+                signal.signal(signal.SIGINT, stop_on_signal)
             set_phase(metrics, "startup")
             if PLAN["profile"] or args.profile:
                 # a few more steps profiled: a summary in the metrics, a trace beside them
@@ -410,10 +412,11 @@ def main(argv=None) -> int:
         write_json(path, metrics)
         raise failure
     metrics["wall_s"] = time.perf_counter() - started
-    if rank == 0:
+    if rank == 0:  # the measurement, on disk before the job's last collective
         write_json(path, metrics)
         value, unit = headline(metrics)
         print(f"{PLAN['metric']}: {value:.4g} {unit} -> {args.metrics}", flush=True)
+    end_process_group()
     return 0
 
 

@@ -129,6 +129,11 @@ class Device:
 
     family = "cpu"
     backend = "gloo"
+    # Compiled blocks are called with contiguous tensors (copied eagerly where not): on a Xeon
+    # with AMX and AVX512-BF16 (torch 2.13), Inductor's 512-bit C++ code for a bf16 block
+    # gave NaN when its input was a transpose (SD3's patch embedding returns one); with the
+    # input contiguous it is right (docs/programs.md; benchmarks/repro_inductor_bf16_nan.py).
+    contiguous_region_inputs = True
 
     def __init__(self, local_rank: int) -> None:
         self.device = torch.device("cpu")
@@ -270,7 +275,9 @@ def prepare_training(device, world: int, metrics: dict):
     Accelerator, as a Hugging Face training script drives them: prepare() places and wraps
     them, accumulate() and backward() accumulate and reduce the gradients (and scale the
     loss for fp16), clip_grad_norm_() clips. Returns step(batch), one optimizer step over the
-    plan's micro batches, returning their mean loss. Records what accelerate chose."""
+    plan's micro batches, returning their mean loss, with eager_loss(batch), the loss of one
+    forward with torch.compile's regions run eagerly, no gradient (the first-step check's
+    reference). Records what accelerate chose."""
     run, model_plan, parallel = PLAN["train"], PLAN["model"], PLAN["parallel"]
     dtype = DTYPES[run["precision"]]
     sharded = world > 1 and parallel["sharding"] == "fsdp"
@@ -318,7 +325,14 @@ def prepare_training(device, world: int, metrics: dict):
             total += loss.detach() / run["grad_accum"]
         return total
 
-    return step
+    def eager_loss(batch: dict) -> float:
+        with torch.no_grad(), torch.compiler.set_stance("force_eager"):
+            with device.attention(run["attention"]):
+                loss = compute_loss(model, batch, casts, options)
+            device.mark_step()
+            return float(loss)
+
+    return step, eager_loss
 
 
 def main(argv=None) -> int:
@@ -357,12 +371,13 @@ def main(argv=None) -> int:
     failure = None
     try:
         try:
-            # SIGTERM: a scheduler's cancel or time limit, or a launcher stopping the ranks.
-            # Recorded at once as cancelled (or timeout) with the step and phase reached.
+            # SIGTERM: a scheduler's cancel or time limit, or a launcher stopping the ranks;
+            # SIGINT: Ctrl-C (unless a launcher ignores it for us). Recorded at once as
+            # cancelled, timeout or interrupted with the step and phase reached.
             threading.Thread(target=watchdog, name="watchdog", daemon=True).start()
             signal.signal(signal.SIGTERM, stop_on_signal)
             if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-                signal.signal(signal.SIGINT, interrupt_on_signal)
+                signal.signal(signal.SIGINT, stop_on_signal)
             set_phase(metrics, "startup")
             if PLAN["profile"] or args.profile:
                 # a few more steps profiled: a summary in the metrics, a trace beside them
@@ -399,10 +414,11 @@ def main(argv=None) -> int:
         write_json(path, metrics)
         raise failure
     metrics["wall_s"] = time.perf_counter() - started
-    if rank == 0:
+    if rank == 0:  # the measurement, on disk before the job's last collective
         write_json(path, metrics)
         value, unit = headline(metrics)
         print(f"{PLAN['metric']}: {value:.4g} {unit} -> {args.metrics}", flush=True)
+    end_process_group()
     return 0
 
 

@@ -129,6 +129,7 @@ class Device:
 
     family = "cuda"
     backend = "nccl"
+    contiguous_region_inputs = False  # compiled blocks take their inputs as they come
 
     def __init__(self, local_rank: int) -> None:
         if not torch.cuda.is_available():
@@ -289,8 +290,10 @@ def wrap_parallel(model, device, parallel: dict, world: int, dtype):
 
 def prepare_training(device, world: int, metrics: dict):
     """The torch runtime: the model built and wrapped by this program itself (DDP, FSDP2 or
-    DeepSpeed), its optimizer, and step(batch), one optimizer step over the plan's micro
-    batches, returning their mean loss. Records the model's wrapper in the metrics."""
+    DeepSpeed), its optimizer, and (step, eager_loss): step(batch), one optimizer step over
+    the plan's micro batches, returning their mean loss, and eager_loss(batch), the loss of
+    one forward with torch.compile's regions run eagerly, no gradient (the first-step
+    check's reference). Records the model's wrapper in the metrics."""
     run, model_plan, parallel = PLAN["train"], PLAN["model"], PLAN["parallel"]
     dtype = DTYPES[run["precision"]]
     knobs = PLAN["optimize"]["knobs"]
@@ -303,7 +306,8 @@ def prepare_training(device, world: int, metrics: dict):
     model = device.prepare(model, run["attention"], training=True)
     model.train()
     if knobs["compile"] == "regional":  # before sharding, as torchtitan orders them
-        compile_blocks(repeated_blocks(model), device.compile_options())
+        contiguous = device.contiguous_region_inputs
+        compile_blocks(repeated_blocks(model), device.compile_options(), contiguous)
     model = wrap_parallel(model, device, parallel, world, dtype)
     if on_meta:
         materialise(model, buffers, device.device)
@@ -347,7 +351,14 @@ def prepare_training(device, world: int, metrics: dict):
         device.mark_step()
         return total
 
-    return step
+    def eager_loss(batch: dict) -> float:
+        with torch.no_grad(), torch.compiler.set_stance("force_eager"):
+            with device.attention(run["attention"]):
+                loss = compute_loss(model, batch, autocast, options)
+            device.mark_step()
+            return float(loss)
+
+    return step, eager_loss
 
 
 def main(argv=None) -> int:
@@ -386,12 +397,13 @@ def main(argv=None) -> int:
     failure = None
     try:
         try:
-            # SIGTERM: a scheduler's cancel or time limit, or a launcher stopping the ranks.
-            # Recorded at once as cancelled (or timeout) with the step and phase reached.
+            # SIGTERM: a scheduler's cancel or time limit, or a launcher stopping the ranks;
+            # SIGINT: Ctrl-C (unless a launcher ignores it for us). Recorded at once as
+            # cancelled, timeout or interrupted with the step and phase reached.
             threading.Thread(target=watchdog, name="watchdog", daemon=True).start()
             signal.signal(signal.SIGTERM, stop_on_signal)
             if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-                signal.signal(signal.SIGINT, interrupt_on_signal)
+                signal.signal(signal.SIGINT, stop_on_signal)
             set_phase(metrics, "startup")
             if PLAN["profile"] or args.profile:
                 # a few more steps profiled: a summary in the metrics, a trace beside them
@@ -428,10 +440,11 @@ def main(argv=None) -> int:
         write_json(path, metrics)
         raise failure
     metrics["wall_s"] = time.perf_counter() - started
-    if rank == 0:
+    if rank == 0:  # the measurement, on disk before the job's last collective
         write_json(path, metrics)
         value, unit = headline(metrics)
         print(f"{PLAN['metric']}: {value:.4g} {unit} -> {args.metrics}", flush=True)
+    end_process_group()
     return 0
 
 
