@@ -67,10 +67,10 @@ _COMMON = dict(
     print_blob=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example],
 )
-settings.register_profile("ci", max_examples=400, derandomize=True, **_COMMON)
+settings.register_profile("ci", max_examples=250, derandomize=True, **_COMMON)
 settings.register_profile("long", max_examples=max(LONG_EXAMPLES, 1), derandomize=False, **_COMMON)
 PROFILE = settings.get_profile("long" if LONG_EXAMPLES else "ci")
-CLI_EXAMPLES = max(LONG_EXAMPLES // 200, 25) if LONG_EXAMPLES else 12
+CLI_EXAMPLES = max(LONG_EXAMPLES // 200, 25) if LONG_EXAMPLES else 8
 
 SECONDS = 20  # per command as a subprocess (each starts Python and imports benchc)
 IN_PROCESS_SECONDS = 10  # per example in process: plan, and compile twice (typically 0.1 s)

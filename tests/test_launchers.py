@@ -9,7 +9,6 @@ stop signal to launch.sh ends the command's whole process group.
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import signal
@@ -23,7 +22,7 @@ from system_tools import Unavailable, ensure
 
 from benchc.catalog.targets import TARGETS
 
-from helpers import REPO, SPECS, free_port, run_cli
+from helpers import REPO, SPECS, run_cli
 
 # every test here starts processes (bash, shellcheck, torchrun, benchc)
 pytestmark = pytest.mark.integration
@@ -278,27 +277,6 @@ def test_slurm_settings_are_checked_with_a_location(tmp_path, setting, message):
     compiled = run_cli("compile", "specs/sd3.bench", "--set", setting, "-o", str(tmp_path), cwd=REPO)
     assert compiled.code == 2 and message in compiled.err
     assert not any(tmp_path.iterdir())
-
-
-def test_two_launchers_on_loopback_run_s1_as_two_nodes(tmp_path):
-    """The multi-node branch for real, without Slurm: node 0 and node 1 are two launch.sh on
-    this machine meeting at a c10d rendezvous on 127.0.0.1."""
-    result = run_cli("compile", "specs/sd3.bench", "--smoke", "--set", "train.batch=16", "-o", str(tmp_path),
-                     cwd=REPO)  # fmt: skip
-    assert result.code == 0, result.err
-    point = tmp_path / "sd3_mmdit_train/cpu/default-smoke"
-    assert json.loads((point / "manifest.json").read_text())["run"]["nodes"] == 2
-    env = {**os.environ, "PYTHON": sys.executable, "MASTER_ADDR": "127.0.0.1",
-           "MASTER_PORT": str(free_port()), "RDZV_ID": "loopback-test", "OMP_NUM_THREADS": "1"}  # fmt: skip
-    metrics = tmp_path / "metrics.json"
-    nodes = [subprocess.Popen(["bash", str(point / "launch.sh"), "--metrics", str(metrics)], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for _ in range(2)]  # fmt: skip
-    outputs = [node.communicate(timeout=300)[0] for node in nodes]
-    assert [node.returncode for node in nodes] == [0, 0], "\n".join(o[-2000:] for o in outputs)
-    data = json.loads(metrics.read_text())
-    assert data["status"] == "ok" and data["world_size"] == 2
-    assert data["hosts"] == [os.uname().nodename] and data["nodes"] == 1  # two nodes, one machine
 
 
 def test_no_launcher_demands_a_node_rank(builds):

@@ -259,7 +259,9 @@ def assert_profiled(record, steps: int) -> None:
 @pytest.mark.integration
 def test_a_profiled_s1_smoke_run_stores_its_categories_and_trace(tmp_path):
     db = tmp_path / "r.db"
-    one = ["--set", "train.batch=16"]  # one point of the sweep
+    # one point of the sweep, one process (the S5 test profiles two ranks' communication)
+    one = ["--set", "train.batch=16", "--set", "cluster.nodes=1", "--set", "cluster.devices_per_node=1",
+           "--set", "parallel.data=1"]  # fmt: skip
     done = benchc("run", "specs/sd3.bench", *one, "--smoke", "-o", str(tmp_path / "b"), "--profile", db=db)
     assert done.returncode == 0, done.stdout + done.stderr
     record = stored_run(db)
@@ -270,8 +272,16 @@ def test_a_profiled_s1_smoke_run_stores_its_categories_and_trace(tmp_path):
 
 @pytest.mark.integration
 def test_a_profiled_s5_smoke_run_stores_its_categories_and_trace(tmp_path):
+    """S5 with `measure.profile = true` in its spec and no --profile flag (S1's test takes the
+    flag); an S5 run without either records no profile and leaves no trace
+    (tests/test_run_cpu.py::test_llama_inference_tokens_equal_transformers_greedy_generate)."""
+    text = (SPECS / "beluga-infer.bench").read_text()
+    assert "measure { metric = output_tokens_per_s }" in text
+    spec = tmp_path / "profiled.bench"
+    spec.write_text(text.replace("measure { metric = output_tokens_per_s }",
+                                 "measure { metric = output_tokens_per_s; profile = true }"))  # fmt: skip
     db = tmp_path / "r.db"
-    done = benchc("run", "specs/beluga-infer.bench", "--smoke", "-o", str(tmp_path / "b"), "--profile", db=db)
+    done = benchc("run", str(spec), "--smoke", "-o", str(tmp_path / "b"), db=db)
     assert done.returncode == 0, done.stdout + done.stderr
     record = stored_run(db)
     assert_profiled(record, 1)
@@ -284,25 +294,6 @@ def test_a_profiled_s5_smoke_run_stores_its_categories_and_trace(tmp_path):
     assert re.search(r"cpu at \S+ spends [\d.]+% of its step outside matrix multiplies", page), page
     (chart,) = (tmp_path / "report").glob("*-profile.png")
     assert chart.stat().st_size > 1000
-
-
-@pytest.mark.integration
-def test_measure_profile_in_a_spec_profiles_without_the_flag_and_neither_profiles_nothing(tmp_path):
-    text = (SPECS / "beluga-infer.bench").read_text()
-    assert "measure { metric = output_tokens_per_s }" in text
-    spec = tmp_path / "profiled.bench"
-    spec.write_text(text.replace("measure { metric = output_tokens_per_s }",
-                                 "measure { metric = output_tokens_per_s; profile = true }"))  # fmt: skip
-    done = benchc("run", str(spec), "--smoke", "-o", str(tmp_path / "b"), db=tmp_path / "p.db")
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert_profiled(stored_run(tmp_path / "p.db"), 1)
-    plain = benchc(
-        "run", "specs/beluga-infer.bench", "--smoke", "-o", str(tmp_path / "c"), db=tmp_path / "n.db"
-    )
-    assert plain.returncode == 0, plain.stdout + plain.stderr
-    record = stored_run(tmp_path / "n.db")
-    assert record.status == "ok" and "profile" not in record.metrics
-    assert not list(Path(record.log_path).parent.glob("*trace*"))
 
 
 @pytest.mark.integration

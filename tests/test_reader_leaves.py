@@ -19,8 +19,10 @@ pytestmark = pytest.mark.integration
 
 def test_run_piped_into_head_runs_and_records_every_point(tmp_path):
     db = tmp_path / "results.db"
-    # the smoke's two nodes, each a launcher here: progress comes from threads reading them
-    command = [sys.executable, "-m", "benchc", "run", "specs/sd3.bench", "--target", "cpu", "--smoke",
+    # both points of the S1 smoke, one process each: progress comes from a thread reading the
+    # launcher (one per node; tests/test_signals.py ends two-node runs at any moment)
+    one = ["--set", "cluster.nodes=1", "--set", "cluster.devices_per_node=1", "--set", "parallel.data=1"]
+    command = [sys.executable, "-m", "benchc", "run", "specs/sd3.bench", "--target", "cpu", "--smoke", *one,
                "-o", str(tmp_path / "build"), "--db", str(db)]  # fmt: skip
     runner = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               env={**os.environ, "OMP_NUM_THREADS": "1"})  # fmt: skip

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from memory_checks import MEMTRACE, assert_within_estimate, smoke_plan, traced_env
 
 from helpers import REPO, free_port, run_cli
 
@@ -41,30 +42,46 @@ def launch_nodes(point, env: dict, timeout: float = 300) -> subprocess.Completed
                                        "".join(o[1] for o in outputs))  # fmt: skip
 
 
-def compile_smoke_and_launch(tmp_path, spec: str, experiment: str, *overrides: str):
-    """`benchc compile SPEC --smoke`, then the build's own launch.sh: (process, metrics, point)."""
+def compile_smoke(tmp_path, spec: str, experiment: str, *overrides: str) -> Path:
+    """`benchc compile SPEC --smoke`: the build point."""
     sets = [arg for o in overrides for arg in ("--set", o)]
     result = run_cli("compile", f"specs/{spec}", "--smoke", "-o", str(tmp_path), *sets, cwd=REPO)
     assert result.code == 0, result.err
-    point = tmp_path / experiment / "cpu" / "default-smoke"
-    proc = launch_nodes(point, {**os.environ, "PYTHON": sys.executable})
+    return tmp_path / experiment / "cpu" / "default-smoke"
+
+
+def compile_smoke_and_launch(tmp_path, spec: str, experiment: str, *overrides: str, traced: bool = False):
+    """`benchc compile SPEC --smoke`, then the build's own launch.sh: (process, metrics, point).
+    traced: with tests/memtrace on, each rank's peak tensor memory in tmp_path/mem.<rank>.json
+    (memory_checks.py holds it to benchc's estimate)."""
+    point = compile_smoke(tmp_path, spec, experiment, *overrides)
+    world = smoke_plan(spec, list(overrides)).cluster.world_size
+    env = traced_env(tmp_path / "mem", world) if traced else {**os.environ, "PYTHON": sys.executable}
+    proc = launch_nodes(point, env)
     metrics = json.loads((point / "metrics.json").read_text()) if (point / "metrics.json").exists() else {}
     if metrics:
         jsonschema.validate(metrics, metrics_schema())
     return proc, metrics, point
 
 
-def compile_and_run(tmp_path, *overrides: str):
+def compile_and_run(tmp_path, *overrides: str, traced: bool = False):
     """S1 at one point (batch 16 -> 2 per process), shrunk."""
-    return compile_smoke_and_launch(tmp_path, "sd3.bench", "sd3_mmdit_train", "train.batch=16", *overrides)
+    return compile_smoke_and_launch(tmp_path, "sd3.bench", "sd3_mmdit_train", "train.batch=16", *overrides,
+                                    traced=traced)  # fmt: skip
 
 
 def test_smoke_build_runs_with_two_processes_and_writes_valid_metrics(tmp_path):
-    proc, metrics, _ = compile_and_run(tmp_path)
+    """The multi-node branch for real, without Slurm: node 0 and node 1 are two launch.sh on
+    this machine meeting at a c10d rendezvous on 127.0.0.1 (launch_nodes). DDP's memory and
+    step are held to benchc's estimate and roofline on the same run (memory_checks.py)."""
+    proc, metrics, point = compile_and_run(tmp_path, traced=True)
+    assert json.loads((point / "manifest.json").read_text())["run"]["nodes"] == 2
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     jsonschema.validate(metrics, metrics_schema())
     assert metrics["status"] == "ok" and metrics["error"] is None
     assert metrics["world_size"] == 2 and metrics["target"] == "cpu" and metrics["smoke"] is True
+    assert metrics["hosts"] == [os.uname().nodename] and metrics["nodes"] == 1  # two nodes, one machine
+    assert_within_estimate("s1-ddp", smoke_plan("sd3.bench", ["train.batch=16"]), metrics, tmp_path / "mem")
     assert all(math.isfinite(x) for x in metrics["loss"]["all"])
     assert metrics["steps"] == {"total": 5, "warmup": 2, "measured": 3}
     assert len(metrics["step_time_s"]["all"]) == 3
@@ -76,6 +93,14 @@ def test_smoke_build_runs_with_two_processes_and_writes_valid_metrics(tmp_path):
     assert metrics["flops"]["model_flops_per_sample"] > 0
     assert metrics["versions"]["torch"].startswith("2.") and "diffusers" in metrics["versions"]
     assert "step 5/5" in proc.stdout
+    check = metrics["first_step_check"]
+    assert check["passed"] and not check["compiled"] and check["relative_difference"] < 1e-2
+    # On a shared cluster another account collects the metrics: the file gets the mode a
+    # plain open() would (0644 under the usual umask), not mkstemp's 0600.
+    mode = (point / "metrics.json").stat().st_mode & 0o777
+    umask = os.umask(0)
+    os.umask(umask)
+    assert mode == 0o666 & ~umask
 
 
 def test_fsdp_checkpointing_clipping_and_accumulation_run(tmp_path):
@@ -93,21 +118,14 @@ def test_fsdp_checkpointing_clipping_and_accumulation_run(tmp_path):
     assert metrics["throughput"]["samples_per_step"] == 2 * 2 * 2  # micro 2 x accum 2 x data 2
 
 
-def test_a_diverging_run_fails_with_its_cause_recorded(tmp_path):
-    # an absurd learning rate drives the loss to inf/nan within a few steps
-    proc, metrics, point = compile_and_run(tmp_path, "train.optimizer=sgd(lr = 1000)", "train.precision=fp32")
-    assert proc.returncode != 0
-    jsonschema.validate(metrics, metrics_schema())
-    assert metrics["status"] == "failed"
-    assert metrics["error"]["type"] == "FloatingPointError" and "loss is" in metrics["error"]["message"]
-    assert (point / "metrics.rank1.json").exists()  # every failing rank leaves its record
-
-
 def test_llama_training_loss_falls_under_fsdp_with_two_processes(tmp_path):
     """S4 shrunk: Llama with grouped-query attention, FSDP2 over 2 processes, activation
-    checkpointing, accumulation 2, fp16 with loss scaling (the spec's CUDA precision)."""
-    proc, metrics, point = compile_smoke_and_launch(tmp_path, "beluga-train.bench", "beluga_70b_train")
+    checkpointing, accumulation 2, fp16 with loss scaling (the spec's CUDA precision). Its memory
+    and step are held to benchc's estimate and roofline (memory_checks.py)."""
+    proc, metrics, point = compile_smoke_and_launch(tmp_path, "beluga-train.bench", "beluga_70b_train",
+                                                    traced=True)  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert_within_estimate("s4-fsdp", smoke_plan("beluga-train.bench", []), metrics, tmp_path / "mem")
     plan = json.loads((point / "manifest.json").read_text())["plan"]
     assert plan["parallel"]["sharding"] == "fsdp" and plan["workload"]["grad_accum"] == 2
     assert metrics["world_size"] == 2 and metrics["throughput"]["unit"] == "tokens/s"
@@ -161,12 +179,16 @@ def test_llama_inference_tokens_equal_transformers_greedy_generate(tmp_path):
     estimate = generation["ttft_s"] + (run["output_tokens"] - 1) * generation["tpot_s"]
     assert estimate == pytest.approx(step, rel=0.25)
     assert metrics["throughput"]["unit"] == "output tokens/s"
+    # profiled neither by the spec nor by a flag: no profile recorded, no trace left
+    assert "profile" not in metrics and not list(point.glob("*trace*"))
 
 
 def test_sd3_pipeline_makes_images_and_times_the_denoising_loop(tmp_path):
-    """S3 shrunk: the whole pipeline (tiny MMDiT, VAE, CLIP-L, CLIP-G, T5), one device."""
-    proc, metrics, _ = compile_smoke_and_launch(tmp_path, "sd3-infer.bench", "sd3_large_infer")
+    """S3 shrunk: the whole pipeline (tiny MMDiT, VAE, CLIP-L, CLIP-G, T5), one device. Its
+    memory and call time are held to benchc's estimate and roofline (memory_checks.py)."""
+    proc, metrics, _ = compile_smoke_and_launch(tmp_path, "sd3-infer.bench", "sd3_large_infer", traced=True)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert_within_estimate("s3-pipeline", smoke_plan("sd3-infer.bench", []), metrics, tmp_path / "mem")
     pipeline = metrics["pipeline"]
     assert pipeline["resolution"] == 128 and pipeline["denoising_steps"] == 2
     assert 0 < pipeline["denoise_s_per_image"] < pipeline["s_per_image"]
@@ -179,8 +201,7 @@ def test_large_model_path_splits_before_allocating(tmp_path):
     """Tensor-parallel inference of a model of 2B+ parameters builds it on the meta device,
     splits it, then allocates each rank's part (the path S5's 70B takes on CPU and CUDA).
     The smoke model is small, so this test switches that path on in the generated PLAN."""
-    proc, metrics, point = compile_smoke_and_launch(tmp_path, "beluga-infer.bench", "beluga_70b_infer")
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    point = compile_smoke(tmp_path, "beluga-infer.bench", "beluga_70b_infer")
     program = point / "bench.py"
     text = program.read_text()
     assert text.count('"meta_init": False') == 1
@@ -205,19 +226,17 @@ def test_llama_training_under_deepspeed_zero3_with_two_processes(tmp_path):
     assert all(math.isfinite(x) for x in losses) and losses[-1] < losses[0]
 
 
-MEMTRACE = Path(__file__).resolve().parent / "memtrace"
-
-
 def test_fsdp2_peak_memory_stays_near_the_shard_plus_one_block_bound(tmp_path):
-    """S4's FSDP2 step, bf16, 8 ranks on this machine: each rank's peak tensor memory stays
+    """S4's FSDP2 step, bf16, 4 ranks on this machine: each rank's peak tensor memory stays
     within its shard of parameters and gradients plus one block unsharded (in every form the
     step makes of it) and the next one prefetched. An outer autocast would cache a bf16 copy
-    of every block's weights until the forward ends (measured: 131 MB against this bound of
-    92 MB); gradients are reduce-scattered in fp32."""
+    of every block's weights until the forward ends (about 77 MB more here, over a bound of
+    about 131 MB; at 8 ranks it measured 131 MB against a bound of 92 MB); gradients are
+    reduce-scattered in fp32."""
     from benchc.plan.flops import llama_params
 
     shape = {"hidden": 512, "layers": 12, "heads": 8, "kv_heads": 8, "intermediate": 1408, "vocab": 512}
-    ranks = 8
+    ranks = 4
     sets = [f"model.llama.{k}={v}" for k, v in shape.items()] + [
         "cluster.nodes=1", f"cluster.devices_per_node={ranks}", f"parallel.data={ranks}", "train.batch=1",
         f"train.global_batch={ranks}", "train.grad_accum=1", "train.seq_len=8", "train.steps=2",
@@ -305,8 +324,7 @@ def test_gaudi_tensor_parallel_path_builds_on_meta_and_fills_its_shards_on_two_c
     rank's shards, then filled by the program. The Gaudi adapter's other lines (HPU graphs,
     scoped all-reduce) need a Gaudi; tests/test_target_programs.py checks them statically.
     The CPU program is switched onto that path: its adapter calls the core's DeepSpeed split."""
-    proc, _, point = compile_smoke_and_launch(tmp_path, "beluga-infer.bench", "beluga_70b_infer")
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    point = compile_smoke(tmp_path, "beluga-infer.bench", "beluga_70b_infer")
     program = point / "bench.py"
     text = program.read_text()
     assert text.count('"meta_init": False') == 1
@@ -329,14 +347,3 @@ def test_gaudi_tensor_parallel_path_builds_on_meta_and_fills_its_shards_on_two_c
     metrics = json.loads((point / "metrics.json").read_text())
     assert metrics["status"] == "ok" and metrics["world_size"] == 2
     assert len(metrics["generation"]["first_sequence"]) == metrics["generation"]["output_tokens"]
-
-
-def test_metrics_files_are_readable_by_the_collecting_user(tmp_path):
-    """On a shared cluster another account collects the metrics: the file gets the mode a
-    plain open() would (0644 under the usual umask), not mkstemp's 0600."""
-    proc, _, point = compile_and_run(tmp_path)
-    assert proc.returncode == 0
-    mode = (point / "metrics.json").stat().st_mode & 0o777
-    umask = os.umask(0)
-    os.umask(umask)
-    assert mode == 0o666 & ~umask

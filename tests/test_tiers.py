@@ -137,6 +137,12 @@ def test_no_host_synchronisation_inside_the_measured_steps(tmp_path, spec, runti
     assert set(metrics["numerics"]) == {"tf32_matmul", "tf32_cudnn", "cudnn_benchmark"}
     assert metrics["device_state"] == {"start": None, "end": None}  # the CPU has no vendor tool
     assert metrics["phase"] == "measuring"
+    # the first-step check ran (its reads of the loss are before the window): an eager forward
+    # of the first step's batch and draws gives the first step's loss
+    check = metrics["first_step_check"]
+    assert check["passed"] and check["first_loss"] == metrics["loss"]["first"]
+    assert check["compiled"] is (plan["optimize"]["knobs"]["compile"] != "off")
+    assert check["relative_difference"] <= 1e-3, check
 
 
 @pytest.mark.integration
@@ -195,7 +201,9 @@ def test_the_pipelines_mmdit_is_compiled_block_by_block_whatever_its_depth(tmp_p
 @pytest.mark.integration
 def test_a_second_run_reuses_the_compile_cache_beside_the_program(tmp_path):
     """Where anything is compiled, launch.sh keeps Inductor's cache beside the program (the
-    metrics record it) and a second run adds no compiled graph to it: it reuses the first's."""
+    metrics record it) and a second run adds no compiled graph to it: it reuses the first's.
+    Both runs' first compiled bf16 step equals an eager forward's (the first-step check), the
+    blocks called with contiguous inputs (the workaround for Inductor's AVX-512 bf16 NaN)."""
     point = compile_point(tmp_path, "sd3.bench", "train.compile=true")
     env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
     env["OMP_NUM_THREADS"] = "1"
@@ -208,6 +216,9 @@ def test_a_second_run_reuses_the_compile_cache_beside_the_program(tmp_path):
         assert done.returncode == 0, done.stderr[-3000:]
         recorded = json.loads(metrics.read_text())
         assert recorded["status"] == "ok" and recorded["compile_cache"] == str(point / "compile-cache")
+        check = recorded["first_step_check"]
+        assert check["passed"] and check["compiled"] and check["relative_difference"] < 1e-2, check
+        assert recorded["workarounds"] == ["contiguous inputs to compiled blocks"]
         files.append({p.relative_to(point) for p in (point / "compile-cache").rglob("*") if p.is_file()})
     graphs = {p for p in files[0] if "fxgraph" in str(p)}
     assert graphs, sorted(map(str, files[0]))[:20]
