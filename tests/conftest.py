@@ -48,18 +48,20 @@ def under_load(request):
 
 # ---------------------------------------------------------------- the order modules run in
 
-# Seconds of CPU each of the costliest modules takes (the whole suite on 2 cores, 2026-12-06).
-# They are collected first, so that `pytest -n 2 --dist loadfile` hands them out first and
-# the two workers end together; every other module keeps its place. A scheduling hint only.
+# Seconds each of the longest modules takes on one worker (the whole suite, -n 3 on 2 cores,
+# 2026-12-06). They are collected first, so that `pytest -n 3 --dist loadfile` hands them out
+# first and the workers end together; every other module keeps its place. A scheduling hint.
 HEAVY_MODULES = {
-    "test_run_cpu.py": 190,
-    "test_signals.py": 150,
-    "test_tiers.py": 156,
-    "test_memory_estimate.py": 133,
-    "test_slurm.py": 120,  # mostly waiting for the scheduler
-    "test_accelerate_runtime.py": 80,
-    "test_profile.py": 65,
-    "test_gpu_check.py": 62,
+    "test_tiers.py": 350,
+    "test_run_cpu.py": 320,
+    "test_slurm.py": 240,  # mostly waiting for the scheduler: a worker of its own
+    "test_memory_estimate.py": 140,
+    "test_signals.py": 130,
+    "test_accelerate_runtime.py": 95,
+    "test_gpu_check.py": 60,
+    "test_report.py": 58,
+    "test_run_command.py": 58,
+    "test_profile.py": 56,
 }
 
 

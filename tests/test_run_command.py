@@ -175,7 +175,6 @@ def finished_metrics(point: Path) -> Path | None:
     return None
 
 
-@pytest.mark.timing
 def test_a_node_lost_after_the_metrics_are_written_leaves_the_run_ok(tmp_path):
     """Two real nodes on loopback (the S1 smoke, a rank each, torchrun's c10d rendezvous);
     each rank lingers 3 s on its way out (a slow shutdown, as under load), and node 0's
