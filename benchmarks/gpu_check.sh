@@ -65,137 +65,18 @@
 # s3 startup_s <= 20, compile_s <= 120, s_per_image <= 3.8. A part cut short still reports
 # what finished. Usage errors print the usage and exit 2.
 set -euo pipefail
-
-usage() {
-  echo "usage: bash benchmarks/gpu_check.sh training|inference [--dry-run]" >&2
-  exit 2
-}
-PART=""
-DRY_RUN=0
-for arg in "$@"; do
-  case "$arg" in
-    training | inference) [ -z "$PART" ] || usage; PART=$arg ;;
-    --dry-run) DRY_RUN=1 ;;
-    -h | --help) echo "usage: bash benchmarks/gpu_check.sh training|inference [--dry-run]"; exit 0 ;;
-    *) usage ;;
-  esac
-done
-[ -n "$PART" ] || usage
-
-CALL_S=480
-PART_BUDGET=470
-KILL_AFTER=10
-FIXED_S=15
-MIN_RUN_S=30
-HERE="$(cd "$(dirname "$0")" && pwd)"
-REPO="$(dirname "$HERE")"
+# shellcheck source=benchmarks/check_lib.sh
+source "$(dirname "$0")/check_lib.sh"
+parse_part "$@"
 OUT="${OUT:-gpu-out/$PART}"
 TARGET="${TARGET:-h200}"
 PYTHON="${PYTHON:-python3}"
-BENCHC=("$PYTHON" -m benchc)
-mkdir -p "$OUT"
-OUT="$(cd "$OUT" && pwd)"
-cd "$REPO"
-EVENTS="$OUT/events.tsv"
-ONE_GPU=(--set cluster.nodes=1 --set cluster.devices_per_node=1 --set parallel.data=1)
-S1_STEPS=(--set train.steps=60 --set train.warmup=10)
-TUNED=(--set optimize=tuned)
-PLAIN=(--set optimize=plain)
-COMPILE_FAILED=0
-SECONDS=0
-
-# One line of OUT/events.tsv (fields joined by tabs), read by gpu_summary.py.
-event() {
-  local IFS=$'\t'
-  printf '%s\n' "$*" >>"$EVENTS"
-}
-
-summarize() {
-  "$PYTHON" "$HERE/gpu_summary.py" write "$OUT" "$@" || echo "(the summary failed; events are in $EVENTS)" >&2
-}
-
-# Plan a run: name, time limit, least time worth starting it with, required|optional, what.
-# A metrics file or log of an earlier check under the same name is removed now.
-declare -A LIMIT LEAST
-plan() {
-  LIMIT[$1]=$2
-  LEAST[$1]=$3
-  rm -f "$OUT/$1.json" "$OUT/$1.log" "$OUT/$1.estimate.json"
-  event plan "$1" "$2" "$3" "$4" "$5"
-}
-
-# Compile a program for one GPU: name, spec, experiment, then settings. Writes the roofline
-# estimate of the same settings to OUT/NAME.estimate.json, finds the one point compiled (its
-# folder is named by the settings: default, optimize-plain, ...) and checks its launcher parses.
-declare -A LAUNCHER
-compile_program() {
-  local name=$1 spec=$2 experiment=$3 launchers=()
-  shift 3
-  if "${BENCHC[@]}" compile "$spec" --target "$TARGET" -o "$OUT/build/$name" "${ONE_GPU[@]}" "$@" >/dev/null \
-    && "${BENCHC[@]}" estimate "$spec" --target "$TARGET" --json "${ONE_GPU[@]}" "$@" >"$OUT/$name.estimate.json"; then
-    launchers=("$OUT/build/$name/$experiment/$TARGET"/*/launch.sh)
-  fi
-  if [ "${#launchers[@]}" -eq 1 ] && [ -f "${launchers[0]}" ] && bash -n "${launchers[0]}"; then
-    LAUNCHER[$name]=${launchers[0]}
-  else
-    echo "$name: compile, estimate or launcher check failed (one point expected)" >&2
-    event skip "$name" "its program did not compile"
-    COMPILE_FAILED=1
-  fi
-}
-
-# Run one planned command under its limit: name, --, command. The limit shrinks to what is
-# left of PART_BUDGET; a run that cannot get its least (or MIN_RUN_S) is skipped.
-timed_run() {
-  local name=$1 limit=${LIMIT[$1]} least=${LEAST[$1]}
-  shift 2
-  if grep -q "^skip	$name	" "$EVENTS"; then
-    return 0
-  fi
-  if [ "$DRY_RUN" -eq 1 ]; then
-    echo "$name (up to $limit s): $(printf '%q ' "$@")"
-    return 0
-  fi
-  local left=$((PART_BUDGET - SECONDS - KILL_AFTER))
-  if [ "$left" -lt "$limit" ]; then
-    limit=$left
-  fi
-  if [ "$limit" -lt "$least" ] || [ "$limit" -lt "$MIN_RUN_S" ]; then
-    event skip "$name" "only $left s left of the part's $PART_BUDGET s, it needs $least"
-    summarize
-    return 0
-  fi
-  rm -f "$OUT/$name.json"
-  event start "$name" "$limit"
-  summarize
-  echo "== $name (up to $limit s)"
-  local begin=$SECONDS rc=0
-  timeout --signal=TERM --kill-after="$KILL_AFTER" "$limit" env PYTHON="$PYTHON" \
-    TORCHINDUCTOR_CACHE_DIR="$OUT/cache/inductor" TRITON_CACHE_DIR="$OUT/cache/triton" \
-    "$@" >"$OUT/$name.log" 2>&1 || rc=$?
-  event end "$name" "$rc" "$((SECONDS - begin))"
-  summarize
-  if [ "$rc" -ne 0 ]; then
-    echo "$name ended with status $rc (see $OUT/$name.log)"
-  fi
-}
-
-# A generated program's launcher under timed_run: name. A dry run also prints the command
-# the launcher would start.
-run_program() {
-  local launch=${LAUNCHER[$1]:-}
-  timed_run "$1" -- bash "$launch" --metrics "$OUT/$1.json"
-  if [ "$DRY_RUN" -eq 1 ] && [ -n "$launch" ]; then
-    echo "  starts: $(BENCHC_DRY_RUN=1 PYTHON="$PYTHON" bash "$launch" --metrics "$OUT/$1.json")"
-  fi
-}
-
-rm -rf "$OUT/build" "$OUT/cache" "$EVENTS" "$OUT/summary.md" "$OUT/summary.json" "$OUT/gpu.csv"
-MODE=gpu
-if [ "$DRY_RUN" -eq 1 ]; then
-  MODE=dry-run
-fi
-event part "$PART" "$TARGET" "$MODE" "$PART_BUDGET" "$CALL_S" "$KILL_AFTER" "$FIXED_S"
+start_part gpu
+# Every timed run: BENCHC_SYNC_DEBUG=error, so a measured window that claims no host
+# synchronisation runs under torch.cuda.set_sync_debug_mode("error") and a sync in a measured
+# step fails the run loudly, naming the operation (the metrics record host_sync_watch); Triton's
+# cache beside Inductor's.
+RUN_ENV=(BENCHC_SYNC_DEBUG=error TRITON_CACHE_DIR="$OUT/cache/triton")
 if [ "$DRY_RUN" -eq 0 ]; then
   if ! "$PYTHON" -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'"; then
     echo "gpu_check: $PYTHON's torch finds no CUDA device (use --dry-run without a GPU)" >&2
@@ -218,11 +99,7 @@ if [ "$PART" = training ]; then
   event check s1_b16_tuned compile_s "<=" 90
   event check hand_b16 p90_p10 "<=" 1.05
 
-  compile_program s1_b16_tuned specs/sd3.bench sd3_mmdit_train --set train.batch=16 "${S1_STEPS[@]}" "${TUNED[@]}"
-  compile_program s1_b16_plain specs/sd3.bench sd3_mmdit_train --set train.batch=16 "${S1_STEPS[@]}" "${PLAIN[@]}"
-  compile_program s1_b32_tuned specs/sd3.bench sd3_mmdit_train --set train.batch=32 "${S1_STEPS[@]}" "${TUNED[@]}"
-  compile_program s4 specs/beluga-train.bench beluga_70b_train --set model.llama.layers=2 \
-    --set train.global_batch=4 --set parallel.sharding=none --set train.steps=8 --set train.warmup=3
+  compile_training_programs
   # The hand-written loop runs S1's model and shape: the same estimate (roofline, peak).
   if [ -f "$OUT/s1_b16_tuned.estimate.json" ]; then
     cp "$OUT/s1_b16_tuned.estimate.json" "$OUT/hand_b16.estimate.json"
@@ -243,9 +120,6 @@ if [ "$PART" = training ]; then
   fi
 else
   # One tensor-parallel-8 rank of Llama-2-70B, whole on one GPU; 1 warmup + 1 timed generate pair.
-  S5_RANK=(--set parallel.tensor=1 --set model.llama.hidden=8192 --set model.llama.heads=8
-    --set model.llama.kv_heads=1 --set model.llama.head_dim=128 --set model.llama.intermediate=3584
-    --set infer.steps=2 --set infer.warmup=1)
   plan s5_l40_tuned 105 85 required "S5 rank of 70B, 40 layers, tuned, 128 -> 2048 tokens"
   plan s3 160 115 required "S3, SD3 8B pipeline, 1024x1024, 30 steps, tuned, 3 timed images"
   plan s5_l40_plain 105 80 required "S5 rank of 70B, 40 layers, plain"
@@ -261,26 +135,6 @@ else
   event fit "TPOT = a + b x layers (a: fixed cost per token, b: cost per layer)" tpot_s layers \
     s5_l2_tuned=2 s5_l10_tuned=10 s5_l40_tuned=40
 
-  for layers in 40 2 10; do
-    compile_program "s5_l${layers}_tuned" specs/beluga-infer.bench beluga_70b_infer "${S5_RANK[@]}" \
-      --set model.llama.layers="$layers" "${TUNED[@]}"
-  done
-  compile_program s5_l40_plain specs/beluga-infer.bench beluga_70b_infer "${S5_RANK[@]}" \
-    --set model.llama.layers=40 "${PLAIN[@]}"
-  compile_program s3 specs/sd3-infer.bench sd3_large_infer --set infer.steps=4 --set infer.warmup=1 "${TUNED[@]}"
-  summarize
-  run_program s5_l40_tuned
-  run_program s3
-  run_program s5_l40_plain
-  run_program s5_l2_tuned
-  run_program s5_l10_tuned
+  inference_programs
 fi
-
-summarize --print
-if [ "$DRY_RUN" -eq 1 ]; then
-  if [ "$COMPILE_FAILED" -ne 0 ]; then
-    echo "dry run: part $PART: a program did not compile" >&2
-    exit 1
-  fi
-  echo "dry run: part $PART, programs compiled for $TARGET under $OUT/build"
-fi
+finish

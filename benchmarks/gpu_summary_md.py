@@ -117,7 +117,8 @@ def _fits(s: dict) -> list[str]:
 
 def markdown(s: dict) -> str:
     b = s["budget"]
-    lines = [f"# GPU check, part {s['part']}: target {s['target']} ({s['mode']})", ""]
+    check = "Gaudi check" if str(s["target"]).startswith("gaudi") else "GPU check"
+    lines = [f"# {check}, part {s['part']}: target {s['target']} ({s['mode']})", ""]
     if s["gpu"]:
         lines += [f"GPU: {'; '.join(s['gpu'])}", ""]
     optional = ", ".join(f"{name} {limit} s" for name, limit in b["optional"].items()) or "none"

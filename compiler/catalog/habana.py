@@ -22,6 +22,10 @@ HABANA_SYMBOLS: dict[str, str] = {
     "habana_frameworks.torch.hpu.synchronize": (
         f"{OPTIMUM_HABANA}: optimum/habana/transformers/generation/utils.py"
     ),
+    "habana_frameworks.torch.hpu.Event": (
+        "DeepSpeed's HPU accelerator: deepspeed/accelerator/hpu_accelerator.py (Event, "
+        "enable_timing; torch.cuda.Event's interface: record, elapsed_time in ms)"
+    ),
     "habana_frameworks.torch.hpu.memory_stats": (
         f"{OPTIMUM_HABANA}: optimum/habana/utils/misc.py (keys InUse, MaxInUse)"
     ),

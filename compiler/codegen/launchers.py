@@ -16,8 +16,9 @@ launch.sh reaches the whole group (torch.compile's compile workers too), and wha
 it is killed STOP_GRACE_S seconds later, or as soon as the command has ended.
 
 launch.sh.j2 holds what every launcher shares (the header, the process group, the family's
-environment); the command is one small template per launcher kind, launch_<kind>.sh.j2, which
-launcher_template() picks here, as programs pick their adapter. The layout each decision reads
+environment: on Gaudi none, as bench.py sets every Habana variable from its plan); the command
+is one small template per launcher kind, launch_<kind>.sh.j2, which launcher_template() picks
+here, as programs pick their adapter. The layout each decision reads
 (world size, nodes, DeepSpeed) is the plan's, plan.dims (plan/parallel.py).
 
 Every value a shell file prints from a plan is a number, a name the validator restricted to
@@ -121,10 +122,6 @@ _HOW = {
 }
 
 
-def _hpu_lazy_mode(plan: Plan) -> str:
-    return "0" if plan.workload.compile else "1"
-
-
 def _header(plan: Plan) -> dict:
     """What both shell files say of the point in their first lines."""
     kind, dims = launcher_kind(plan), plan.dims
@@ -152,7 +149,6 @@ def render_launcher(plan: Plan, env: jinja2.Environment | None = None) -> str:
         "accelerate_config": ACCELERATE_CONFIG,
         "usage": usage(plan),
         "rdzv_id": default_job_name(plan),
-        "hpu_lazy_mode": _hpu_lazy_mode(plan),
         "stop_grace_s": STOP_GRACE_S,
     }
     return (env or environment()).get_template("launch.sh.j2").render(context)
