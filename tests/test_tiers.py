@@ -5,6 +5,7 @@ the device."""
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
 import os
@@ -37,16 +38,24 @@ def test_tuned_and_plain_programs_differ_only_in_the_knobs_of_the_tier(spec, tar
     plain = spec_files(spec, target, overrides=["optimize=plain"])["bench.py"]
     tuned_plan, plain_plan = plan_literal(tuned), plan_literal(plain)
     assert tuned_plan["optimize"]["tier"] == "tuned" and plain_plan["optimize"]["tier"] == "plain"
+    modes = {plan["optimize"]["knobs"].get("hpu_mode") for plan in (tuned_plan, plain_plan)}
+    # generation's decode bytes follow the tier's reading of the cache: up to the decode
+    # bucket (tuned), the whole static cache (plain)
+    decode = tuned_plan.pop("decode", None), plain_plan.pop("decode", None)
+    if spec == "beluga-infer.bench":
+        assert decode[0]["bytes_per_device"] < decode[1]["bytes_per_device"]
     # the same PLAN but for the tier, its knobs and the point's name
     for key in ("optimize", "point", "point_values"):
         tuned_plan.pop(key), plain_plan.pop(key)
     assert tuned_plan == plain_plan
-    # the same code, but Gaudi's choice of lazy or eager mode (it must precede the imports)
+    # the same code, but Gaudi's choice of lazy or eager mode where the tiers' modes differ (it
+    # must precede the imports; with infer.graphs both tiers run lazy: HPU graphs need it)
     lines = difflib.unified_diff(code_outside_plan(tuned), code_outside_plan(plain), n=0, lineterm="")
     diff = [line for line in lines if line[:1] in "+-" and line[:3] not in ("+++", "---")]
     allowed = ("PT_HPU_LAZY_MODE", "# Lazy mode", "# Eager mode")
     assert all(any(word in line for word in allowed) for line in diff), diff
-    assert bool(diff) == (target == "gaudi2")
+    assert bool(diff) == (len(modes) == 2)
+    assert (len(modes) == 2) == (target == "gaudi2" and spec in ("sd3.bench", "beluga-train.bench"))
 
 
 def test_the_knobs_of_each_tier_are_those_the_docs_list():
@@ -57,7 +66,7 @@ def test_the_knobs_of_each_tier_are_those_the_docs_list():
 
     assert knobs("h100") == {"compile": "regional", "attention": "cudnn>flash>efficient", "qkv": "fused",
                              "optimizer": "fused", "cudnn_benchmark": "on"}  # fmt: skip
-    assert knobs("h100", "optimize=plain") == {"compile": "off", "attention": "flash>efficient>cudnn",
+    assert knobs("h100", "optimize=plain") == {"compile": "off", "attention": "sdpa default",
                                                "qkv": "separate", "optimizer": "default",
                                                "cudnn_benchmark": "off"}  # fmt: skip
     # settings that overlap the tier win over it
@@ -85,9 +94,12 @@ def test_the_knobs_of_each_tier_are_those_the_docs_list():
     assert knobs("cpu", spec="beluga-infer.bench")["decode"] == "loop"
     assert knobs("cpu", spec="beluga-infer.bench")["compile"] == "off"
     assert knobs("gaudi2", spec="beluga-infer.bench")["decode"] == "generate"
-    # the SD3 pipeline's MMDiT is compiled block by block under tuned, not under plain
-    assert knobs("h100", spec="sd3-infer.bench")["compile"] == "regional"
-    assert knobs("h100", "optimize=plain", spec="sd3-infer.bench")["compile"] == "off"
+    # the SD3 pipeline's MMDiT: with infer.graphs on CUDA compiled whole under CUDA graphs in
+    # either tier (the setting wins); without graphs block by block under tuned, not under plain
+    assert knobs("h100", spec="sd3-infer.bench")["compile"] == "whole"
+    assert knobs("h100", "optimize=plain", spec="sd3-infer.bench")["compile"] == "whole"
+    assert knobs("h100", "infer.graphs=false", spec="sd3-infer.bench")["compile"] == "regional"
+    assert knobs("h100", "optimize=plain", "infer.graphs=false", spec="sd3-infer.bench")["compile"] == "off"
     assert knobs("cpu", spec="sd3-infer.bench")["compile"] == "off"
 
 
@@ -95,7 +107,7 @@ def test_the_plan_shows_the_tier_and_a_point_under_plain_is_named_for_it():
     result = run_cli("plan", "specs/sd3.bench", "--target", "h100", "--set", "optimize=plain", cwd=REPO)
     assert result.code == 0, result.err
     assert "sd3_mmdit_train / h100 / batch-16_optimize-plain" in result.out
-    assert "optimize  plain: compile=off, attention=flash>efficient>cudnn" in result.out
+    assert "optimize  plain: compile=off, attention=sdpa default" in result.out
     with in_repo():
         swept = plan_spec(Path("specs/sd3.bench"), targets=["h100"],
                           overrides=["train.batch=16"], smoke=False).plans  # fmt: skip
@@ -368,3 +380,144 @@ def test_the_measured_window_is_the_same_length_on_every_rank(tmp_path):
     errors = [rank.communicate(timeout=300)[1] for rank in ranks]
     assert [rank.returncode for rank in ranks] == [0, 0], errors
     assert [json.loads((tmp_path / f"{r}.json").read_text()) for r in (0, 1)] == [10, 10]
+
+
+S3_CUDA_COMPILE = [((), "whole"), (("infer.graphs=false",), "regional"), (("optimize=plain",), "whole"),
+                   (("optimize=plain", "infer.graphs=false"), "off")]  # fmt: skip
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(("overrides", "expected"), S3_CUDA_COMPILE)
+def test_s3_on_cuda_takes_cuda_graphs_over_the_whole_mmdit_never_per_block(tmp_path, monkeypatch, overrides,
+                                                                          expected):  # fmt: skip
+    """The CUDA program's prepare_pipeline, run on a real (tiny) MMDiT with torch.compile's
+    options recorded: infer.graphs compiles the whole MMDiT once under CUDA graphs (mode
+    reduce-overhead); regional compilation compiles each block without CUDA graphs (one graph
+    shared by the blocks, replayed per block, would overwrite the output the next block reads);
+    plain without graphs compiles nothing. The knob the metrics record says the same."""
+    sets = [arg for o in overrides for arg in ("--set", o)]
+    out = str(tmp_path / "h100")
+    result = run_cli("compile", "specs/sd3-infer.bench", "--target", "h100", "-o", out, *sets, cwd=REPO)
+    assert result.code == 0, result.err
+    cuda = load_program(next((tmp_path / "h100").rglob("bench.py")))
+    assert cuda.PLAN["optimize"]["knobs"]["compile"] == expected
+    tiny = load_program(compile_point(tmp_path / "cpu", "sd3-infer.bench") / "bench.py")
+    transformer = tiny.build_parts(tiny.PLAN["model"])["transformer"].eval()
+    blocks = len(transformer.transformer_blocks)
+    calls, real_compile = [], torch.compile
+
+    def recorded(target, **options):
+        calls.append((target, options))
+        return real_compile(target, **options)
+
+    monkeypatch.setattr(torch, "compile", recorded)
+    device = object.__new__(cuda.Device)  # its __init__ needs a GPU; prepare_pipeline does not
+    pipe = type("Pipe", (), {"transformer": transformer})()
+    cuda.scope_attention(transformer, contextlib.nullcontext)
+    assert device.prepare_pipeline(pipe, cuda.PLAN["infer"]) is pipe
+    if expected == "whole":
+        assert [options for _, options in calls] == [{"fullgraph": True, "mode": "reduce-overhead"}]
+        assert calls[0][0] == transformer._call_impl
+        # the whole MMDiT, attention scoped inside its forward, is one graph (no break)
+        counter = FrameCounter()
+        whole = real_compile(calls[0][0], fullgraph=True, backend=counter)
+        config = tiny.PLAN["model"]["config"]
+        with torch.no_grad():
+            whole(hidden_states=torch.randn(2, config["in_channels"], 8, 8),
+                  encoder_hidden_states=torch.randn(2, 12, config["joint_attention_dim"]),
+                  pooled_projections=torch.randn(2, config["pooled_projection_dim"]),
+                  timestep=torch.tensor([500.0, 500.0]))  # fmt: skip
+        assert len(counter.graphs) == 1
+    elif expected == "regional":
+        assert len(calls) == blocks and all(options == {"fullgraph": True} for _, options in calls), calls
+    else:
+        assert calls == []
+
+
+def test_check_refuses_graphs_with_compile_off_for_the_pipeline_on_cuda():
+    refused = run_cli("check", "specs/sd3-infer.bench", "--target", "h100", "--set", "infer.compile=false",
+                      cwd=REPO)  # fmt: skip
+    assert refused.code == 2 and "--set[1]:1:15" in refused.err
+    assert "captures the MMDiT through torch.compile" in refused.err
+    allowed = run_cli("check", "specs/sd3-infer.bench", "--target", "h100", "--set", "infer.compile=false",
+                      "--set", "infer.graphs=false", cwd=REPO)  # fmt: skip
+    assert allowed.code == 0, allowed.err
+
+
+KERNEL_ORDERS = [("sd3.bench", "tuned", ["cudnn", "flash", "efficient"]),
+                 ("beluga-infer.bench", "tuned", ["cudnn", "efficient"]),
+                 ("sd3.bench", "plain", None), ("beluga-infer.bench", "plain", None)]  # fmt: skip
+
+
+@pytest.mark.parametrize(("spec", "tier", "expected"), KERNEL_ORDERS)
+def test_cuda_attention_takes_the_tiers_kernel_order_and_plain_leaves_torch_its_own(tmp_path, spec, tier,
+                                                                                   expected):  # fmt: skip
+    """The CUDA program's attention context, entered on this machine (torch's SDPA switches
+    exist in every build): tuned puts its kernels first, in its order, and turns the others
+    off; plain enters no context, so torch chooses as shipped."""
+    program = tmp_path / "bench.py"
+    program.write_text(spec_files(spec, "h100", overrides=[f"optimize={tier}"])["bench.py"])
+    cuda = load_program(program)
+    backend, sdp = torch.nn.attention.SDPBackend, torch.backends.cuda
+    names = {backend.CUDNN_ATTENTION: "cudnn", backend.MATH: "math", backend.FLASH_ATTENTION: "flash",
+             backend.EFFICIENT_ATTENTION: "efficient"}  # fmt: skip
+    as_shipped = torch._C._get_sdp_priority_order()
+    with object.__new__(cuda.Device).attention("fused"):
+        order = [names.get(backend(value)) for value in torch._C._get_sdp_priority_order()]
+        enabled = {"cudnn": sdp.cudnn_sdp_enabled(), "math": sdp.math_sdp_enabled()}
+        enabled.update(flash=sdp.flash_sdp_enabled(), efficient=sdp.mem_efficient_sdp_enabled())
+    assert torch._C._get_sdp_priority_order() == as_shipped
+    if expected is None:
+        assert cuda.PLAN["optimize"]["knobs"]["attention"] == "sdpa default"
+        assert order == [names.get(backend(v)) for v in as_shipped] and all(enabled.values())
+    else:
+        assert order[: len(expected)] == expected
+        assert {name for name, on in enabled.items() if on} == set(expected)
+
+
+def test_the_measured_window_watches_for_host_syncs_where_it_claims_none(tmp_path):
+    """MeasuredWindow turns the device's host-sync watch on after its first boundary and off
+    at its end (on CUDA torch's sync debug mode, which benchmarks/gpu_check.sh sets to error),
+    and not at all where a step reads the device by design (fp16's gradient scaler)."""
+    program = tmp_path / "bench.py"
+    program.write_text(spec_files("sd3.bench", "cpu", smoke=True)["bench.py"])
+    module = load_program(program)
+    calls = []
+
+    class Watched(module.Device):
+        def time_mark(self):
+            calls.append("mark")
+            return super().time_mark()
+
+        def watch_host_syncs(self, on: bool):
+            calls.append(on)
+            return "error"
+
+    watched, unwatched = ["mark", True, "mark", "mark", False], ["mark", "mark", "mark"]
+    for sync_free, expected in ((True, watched), (False, unwatched)):
+        calls.clear()
+        window = module.MeasuredWindow(Watched(0), 2, sync_free=sync_free)
+        with window:
+            while window.more():
+                window.record(None)
+        assert calls == expected and window.watched == ("error" if sync_free else None)
+    cuda = spec_files("sd3.bench", "h100")["bench.py"]
+    assert 'sync_free=run["precision"] != "fp16"' in cuda
+    # the CUDA adapter's watch, run: BENCHC_SYNC_DEBUG (gpu_check.sh sets error) turns torch's
+    # sync debug mode on over the window and back to default after it; unset, nothing is set
+    (tmp_path / "cuda").mkdir()
+    (tmp_path / "cuda" / "bench.py").write_text(cuda)
+    device = load_program(tmp_path / "cuda" / "bench.py").Device
+    modes = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(torch.cuda, "set_sync_debug_mode", modes.append)
+        patch.setenv("BENCHC_SYNC_DEBUG", "error")
+        assert [device.watch_host_syncs(None, True), device.watch_host_syncs(None, False)] == ["error"] * 2
+        patch.delenv("BENCHC_SYNC_DEBUG")
+        assert device.watch_host_syncs(None, True) is None
+    assert modes == ["error", "default"]
+    script = (REPO / "benchmarks" / "gpu_check.sh").read_text()
+    assert "BENCHC_SYNC_DEBUG=error" in script  # every timed run of the GPU check
+    # torch's own contract for the values the adapter passes
+    contract = torch.cuda.set_sync_debug_mode.__doc__
+    assert "warn" in contract and "error" in contract

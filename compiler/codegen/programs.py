@@ -147,6 +147,7 @@ def _infer_settings(plan: Plan) -> dict:
             "input_tokens": work.input_tokens,
             "output_tokens": work.output_tokens,
             "kv_cache": work.kv_cache,
+            "decode_bucket": work.decode_bucket,  # keys read up to the filled length rounded up to it
             "resolution": work.resolution,
             "denoising_steps": work.denoising_steps,
             "guidance": work.guidance,
@@ -311,6 +312,10 @@ def import_lines(
         need("torch.distributed.device_mesh", "init_device_mesh")
         need("torch.distributed.tensor.parallel", "ColwiseParallel", "RowwiseParallel",
              "parallelize_module")  # fmt: skip
+    if family == "cpu":  # the adapter's StoragePeak: the peak of the tensors' memory
+        need("torch.multiprocessing.reductions", "StorageWeakRef")
+        need("torch.utils._python_dispatch", "TorchDispatchMode")
+        need("torch.utils._pytree", "tree_leaves")
     noqa = "  # noqa: E402" if family == "hpu" else ""  # after os.environ.setdefault
     lines = []
     for line in sorted(plain):
@@ -334,9 +339,9 @@ def _hpu_mode(plan: Plan) -> dict:
     if lazy:
         comment = "Lazy mode: ops are queued and run as one graph at each htcore.mark_step()."
     elif plan.tuning.compile != "off":
-        comment = "Eager mode with torch.compile(backend='hpu_backend') (the spec sets compile)."
+        comment = "Eager mode with torch.compile(backend='hpu_backend'), as the plan chose."
     else:
-        comment = "Eager mode: the framework as shipped (optimize = plain)."
+        comment = "Eager mode: each op runs as it is called, no graph compiler."
     return {"hpu_lazy_mode": "1" if lazy else "0", "hpu_mode_comment": comment}
 
 
