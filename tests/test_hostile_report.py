@@ -309,10 +309,10 @@ def test_estimate_shows_each_figure_to_3_significant_figures():
     text = run_cli("estimate", "specs/sd3.bench", "-t", "gaudi2", cwd=REPO).out
     assert "  bound       at most 2,930 images/s (183 per device; images_per_s)" in text
     assert "the roofline allows at best 2,930 images/s" in text  # the same bound, the same figure
-    assert "48.6 GB of 96.0 GB per device: fits, 47.4 GB free (50.6% used)" in text
+    assert "49.0 GB of 96.0 GB per device: fits, 47.0 GB free (51.1% used)" in text
     assert "    weights         8.11 GB  fp32 parameters" in text
     over = run_cli("estimate", "specs/sd3.bench", "-t", "h100", "--set", "train.batch=1000000", cwd=REPO).out
-    assert "753,000 GB of 80.0 GB per device: does NOT fit, 753,000 GB over (9,410x the memory)" in over
+    assert "763,000 GB of 80.0 GB per device: does NOT fit, 763,000 GB over (9,540x the memory)" in over
 
 
 def test_the_spec_description_heads_its_section_escaped(tmp_path):

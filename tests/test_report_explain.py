@@ -354,3 +354,31 @@ def test_a_bad_prices_block_is_refused_by_check_at_its_place(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "benchc", "check", str(spec)], cwd=REPO,
                           capture_output=True, text=True, timeout=120)  # fmt: skip
     assert proc.returncode == 2 and "'prices.currency' cannot be swept" in proc.stderr, proc.stderr
+
+
+@pytest.mark.integration
+def test_where_each_vendors_path_differs_in_maths_the_ratio_says_so(tmp_path):
+    """S4 as the spec writes it: FSDP2 in fp16 with torch's foreach AdamW on h100 (the fused
+    kernel fails under FSDP2's sharded gradient scaler), DeepSpeed ZeRO-3 in bf16 with
+    Habana's FusedAdamW on gaudi2. The ratio's line names each difference; two runs of the
+    same path name none."""
+    paths = {}
+    for target in ("gaudi2", "h100", "a100"):
+        _, path = built_run(tmp_path, "beluga-train.bench", target, 0.4)
+        m = json.loads(path.read_text())
+        knobs = plan_literal((path.parent / "bench.py").read_text())["optimize"]["knobs"]
+        m.update(optimize="tuned", optimize_detail=knobs)
+        path.write_text(json.dumps(m))
+        paths[target] = path
+    db = ingest_all(tmp_path, *paths.values())
+    proc = benchc("report", "--baseline", "gaudi2", "-o", str(tmp_path / "out"), db=db)
+    assert proc.returncode == 0, proc.stderr
+    page = (tmp_path / "out" / "report.md").read_text()
+    line = next(x for x in page.splitlines() if x.startswith("- h100 at default:") and "gaudi2" in x)
+    said = (
+        "the two paths differ in maths: precision fp16 vs bf16; torch's foreach AdamW vs Habana's "
+        "FusedAdamW (the same update rule, other kernels and rounding); FSDP2 vs DeepSpeed ZeRO-3"
+    )
+    assert said in line, line
+    same = next(x for x in page.splitlines() if x.startswith("- h100 at default:") and "a100 =" in x)
+    assert "differ in maths" not in same, same

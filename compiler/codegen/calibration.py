@@ -73,7 +73,6 @@ def render_launcher(plan: CalibrationPlan, env: jinja2.Environment) -> str:
         "accelerate_config": "accelerate.yaml",
         "usage": _usage(plan),
         "rdzv_id": safe_name(f"benchc-{EXPERIMENT}-{plan.name}"),
-        "hpu_lazy_mode": "1",
         "stop_grace_s": STOP_GRACE_S,
     }
     return env.get_template("launch.sh.j2").render(context)

@@ -45,6 +45,11 @@ from .variants import Settings, Variant
 from .weights import resolve_weights
 
 VAE_DOWNSAMPLING = 8
+# Generation with a static KV cache reads keys up to the filled length rounded up to a bucket
+# (InferWorkload.decode_bucket): 128 as optimum-habana's generate; a smoke run's 16 + 32 tokens
+# span several buckets of 16, so the CPU runs the bucketed path with more than one graph.
+DECODE_BUCKET = 128
+SMOKE_DECODE_BUCKET = 16
 
 DEFAULTS = {
     "cluster": {"nodes": 1, "devices_per_node": 1},
@@ -325,6 +330,7 @@ def build(resolved: Resolved, variant: Variant, target: Target, smoke: bool,
             classifier_free_guidance=None if guidance is None else guidance > 1.0,
             input_tokens=_int_or_none(w["input_tokens"]),
             output_tokens=_int_or_none(w["output_tokens"]), kv_cache=w["kv_cache"],
+            decode_bucket=_decode_bucket(w, smoke),
         )  # fmt: skip
     measure = Measure(r.measure["metric"], int(r.measure["repeat"]), float(r.measure["timeout"]),
                       bool(r.measure["profile"]))  # fmt: skip
@@ -373,6 +379,7 @@ def build(resolved: Resolved, variant: Variant, target: Target, smoke: bool,
             parallel.sharding,
             workload.precision,
             static_cache=not isinstance(workload, InferWorkload) or workload.kv_cache != "dynamic",
+            graphs=isinstance(workload, InferWorkload) and workload.graphs,
         ),
     )
     plan.dims  # noqa: B018 - the parallel layout, derived here once (its invariants checked) and kept
@@ -413,6 +420,13 @@ def _cost(model, workload) -> ModelCost | None:
             model.text_tokens,
         )  # fmt: skip
     return None
+
+
+def _decode_bucket(w: dict, smoke: bool) -> int | None:
+    """The decode's key bucket where generation keeps a static KV cache, else None."""
+    if w["input_tokens"] is None or w["kv_cache"] != "static":
+        return None
+    return SMOKE_DECODE_BUCKET if smoke else DECODE_BUCKET
 
 
 def _bool_or_none(value) -> bool | None:

@@ -32,7 +32,7 @@ from ..records import frozen
 from .bounds import Bound, Ceilings, measured_compute, measured_interconnect, measured_memory
 from .bounds import gb as _gb
 from .flops import llama_generate_flops
-from .memory import BYTES, FP32, local_weights, optimizer_states, parameters
+from .memory import BYTES, FP32, local_weights, parameters
 from .types import InferWorkload, LlamaModel, Plan
 
 RECOMPUTE = 4 / 3  # activation checkpointing runs the forward again: 4 passes' FLOPs, not 3
@@ -74,6 +74,11 @@ class Roofline:
 
     def _total(self, name: str) -> float:
         return sum(b.amount for p in self.phases for b in p.bounds if b.name == name)
+
+    @property
+    def memory_bytes(self) -> float:
+        """HBM bytes one device moves over the timed unit (every phase's memory bound)."""
+        return self._total("memory")
 
     @property
     def intensity(self) -> float | None:
@@ -188,10 +193,9 @@ def _passes(plan: Plan, ceilings: Ceilings | None = None) -> Phase:
     if dims.distributed and dims.effective_sharding == "none":
         collectives = [("all-reduce of fp32 gradients", FP32 * p, 2, 1)]
     elif dims.fsdp:
-        # the torch runtime reduces once a step; accelerate's FSDP2 on every micro batch
-        reduces = w.grad_accum if plan.runtime == "accelerate" else 1
+        # FSDP2 reduce-scatters on every micro batch (both runtimes)
         collectives = [(f"all-gather of {b}-byte weights", b * p, 1, 2 * w.grad_accum),
-                       ("reduce-scatter of fp32 gradients", FP32 * p, 1, reduces)]  # fmt: skip
+                       ("reduce-scatter of fp32 gradients", FP32 * p, 1, w.grad_accum)]  # fmt: skip
     elif dims.distributed:  # DeepSpeed ZeRO: 16-bit gradients and weights
         stage = dims.zero_stage
         reduces = w.grad_accum if stage >= 2 else 1
@@ -205,26 +209,95 @@ def _passes(plan: Plan, ceilings: Ceilings | None = None) -> Phase:
 
 
 def optimizer_bytes(states: int, grad: int = FP32) -> int:
-    """HBM bytes one optimizer step moves per parameter, as torch's fused kernels run it: read
-    the fp32 weight, the gradient and each fp32 state tensor, write the weight and the states.
-    AdamW and Adam: two states (exp_avg, exp_avg_sq), 4 + 4 + 8 read + 4 + 8 written = 28; SGD
-    with momentum one (the buffer), 20; plain SGD 12."""
+    """HBM bytes one fused optimizer kernel moves per parameter (torch's fused Adam(W), Habana's
+    FusedAdamW): read the fp32 weight, the gradient and each fp32 state tensor, write the weight
+    and the states. AdamW and Adam: two states (exp_avg, exp_avg_sq), 4 + 4 + 8 read + 4 + 8
+    written = 28; a fused SGD with momentum would move 20, plain SGD 12."""
     return FP32 + grad + FP32 * states + FP32 + FP32 * states
+
+
+# torch's default weight decay of each optimizer the spec may name (torch.optim's signatures)
+DEFAULT_WEIGHT_DECAY = {"adamw": 0.01, "adam": 0.0, "sgd": 0.0}
+# torch's unfused Adam(W) step (the foreach kernels, or the same operations per tensor on the
+# CPU), per parameter: exp_avg lerp to the gradient (3 x 4), exp_avg_sq scaled (2 x 4) and
+# added the gradient's square (3 x 4), its square root (2 x 4) divided (2 x 4) and added eps
+# (2 x 4) into a new tensor, the weight updated from exp_avg and it (4 x 4)
+UNFUSED_ADAM = 12 + 8 + 12 + 8 + 8 + 8 + 16
+
+
+def fused_optimizer(plan: Plan) -> bool:
+    """Whether the program's optimizer step is one fused kernel: where the tier's optimizer knob
+    says fused, torch's Adam(W)(fused=True) on CUDA and the CPU, Habana's FusedAdamW (AdamW
+    only) on Gaudi; SGD always runs torch's unfused step (the adapters pass fused for Adam(W))."""
+    name = plan.workload.optimizer.name
+    if plan.tuning is None or plan.tuning.optimizer != "fused":
+        return False
+    return name == "adamw" if plan.target.family == "hpu" else name in ("adamw", "adam")
+
+
+def optimizer_traffic(plan: Plan) -> tuple[tuple[str, float], ...]:
+    """The optimizer step's HBM bytes per parameter updated, part by part, for the program's
+    path: the fused kernel or torch's unfused passes (weight decay, momentum and nesterov as
+    the spec's arguments say), gradient clipping, fp16's GradScaler, DeepSpeed's casts between
+    its fp32 partition and the 16-bit model. Closed forms in docs/estimate.md; work done only
+    when the data says so (DeepSpeed scaling gradients whose norm is above the limit) is left
+    out: a floor."""
+    w = plan.workload
+    o, b = w.optimizer, BYTES[w.precision]
+    decay = float(o.args.get("weight_decay", DEFAULT_WEIGHT_DECAY.get(o.name, 0.0)) or 0.0)
+    parts: list[tuple[str, float]] = []
+    if fused_optimizer(plan):
+        parts.append((f"fused {o.name}: the fp32 weight, gradient and 2 moments read, the weight and "
+                      "moments written", optimizer_bytes(2)))  # fmt: skip
+    elif o.name in ("adamw", "adam"):
+        parts.append((f"{o.name} unfused: 8 passes over the moments, the gradient and the weight",
+                      UNFUSED_ADAM))  # fmt: skip
+        if decay and o.name == "adamw":
+            parts.append(("decoupled weight decay: the weight read and written", 2 * FP32))
+        elif decay:
+            parts.append(("weight decay: the gradient and weight read, a new gradient written", 3 * FP32))
+    else:  # torch's SGD, unfused
+        parts.append(("sgd: the weight and its step read, the weight written", 3 * FP32))
+        if float(o.args.get("momentum", 0) or 0):
+            parts.append(("momentum: the buffer scaled (read, written), the gradient added (2 read, "
+                          "1 written)", 5 * FP32))  # fmt: skip
+            if o.args.get("nesterov"):
+                parts.append(("nesterov: the gradient and buffer read, the step written", 3 * FP32))
+        if decay:
+            parts.append(("weight decay: the gradient and weight read, a new gradient written", 3 * FP32))
+    if plan.dims.deepspeed:
+        parts.append((f"DeepSpeed: its {b}-byte gradients cast to the fp32 partition, the updated "
+                      f"partition copied back to {b}-byte weights", 2 * (b + FP32)))  # fmt: skip
+        if w.grad_clip:
+            parts.append((f"clipping: the norm of the {b}-byte gradients read", b))
+        if w.precision == "fp16":
+            parts.append((f"fp16: the overflow check reads the {b}-byte gradients, the unscaling reads "
+                          "and writes the fp32 partition's", b + 2 * FP32))  # fmt: skip
+    else:
+        if w.grad_clip:
+            parts.append(("clipping: the norm reads the gradients, the scaling reads and writes them",
+                          3 * FP32))  # fmt: skip
+        if w.precision == "fp16":
+            parts.append(("fp16 GradScaler: the inf check and unscaling read and write the gradients",
+                          2 * FP32))  # fmt: skip
+    return tuple(parts)
 
 
 def _optimizer(plan: Plan, ceilings: Ceilings | None = None) -> Phase:
     """The optimizer step after the backward: this device's parameters (P, or P/N where the
-    states are sharded) through one fused pass over HBM. The gradient it reads is fp32 in
-    every generated program: DDP's of fp32 weights, FSDP2's reduce-scatter in fp32, DeepSpeed's
-    fp32 partition."""
+    states are sharded) through the passes of optimizer_traffic. The gradient it reads is fp32
+    in every generated program: DDP's of fp32 weights, FSDP2's reduce-scatter in fp32,
+    DeepSpeed's fp32 partition."""
     p, n = plan.cost.params, plan.dims.data
     sharded = plan.dims.effective_sharding != "none"
-    states, name = optimizer_states(plan), plan.workload.optimizer.name
-    per = optimizer_bytes(states)
-    held = "its momentum buffer" if name == "sgd" else f"{states} moments"
-    reads, writes = ((f"weight, gradient and {held}", f"weight and {held}") if states
-                     else ("weight and gradient", "weight"))  # fmt: skip
-    what = f"{name}: reads the fp32 {reads}, writes the {writes}: {per} B x P" + (" / N" if sharded else "")
+    parts = optimizer_traffic(plan)
+    per = sum(nbytes for _, nbytes in parts)
+    if len(parts) > 1:
+        what = "; ".join(f"{text} ({nbytes:g})" for text, nbytes in parts)
+        what += ": " + " + ".join(f"{nbytes:g}" for _, nbytes in parts) + " ="
+    else:
+        what = parts[0][0] + ":"
+    what += f" {per:g} B x P" + (" / N" if sharded else "")
     return Phase("optimizer", (_memory(plan, per * (p / n if sharded else p), what, ceilings),))
 
 
@@ -233,15 +306,61 @@ def _training(plan: Plan, ceilings: Ceilings | None = None) -> tuple[Phase, Phas
     return _passes(plan, ceilings), _optimizer(plan, ceilings)
 
 
+def kv_bucket(plan: Plan) -> int | None:
+    """What one generation step's attention reads of the KV cache: the keys up to the filled
+    length rounded up to this many. 1 for a dynamic cache (exactly the filled keys); the plan's
+    decode_bucket where the decode is bucketed (benchc's decode loop, tuned on CUDA and the
+    CPU; optimum-habana's generate with bucket_internal, tuned on Gaudi); None where every step
+    reads the whole static cache (the plain tier: transformers' generate on CUDA and the CPU,
+    optimum-habana's padded to the full length on Gaudi)."""
+    w, tuning = plan.workload, plan.tuning
+    if w.kv_cache == "dynamic":
+        return 1
+    bucketed = tuning is not None and (tuning.decode == "loop" or tuning.hpu_decode == "bucketed")
+    return w.decode_bucket if bucketed else None
+
+
+def keys_read(filled: int, bucket: int | None, cache: int) -> int:
+    """The keys (and values) attention reads with `filled` in a cache of `cache` keys."""
+    if bucket is None:
+        return cache
+    return min(-(-filled // bucket) * bucket, cache)
+
+
+def key_rule(plan: Plan) -> str:
+    """kv_bucket in words."""
+    return key_rule_of(kv_bucket(plan))
+
+
+def key_rule_of(bucket: int | None) -> str:
+    """What attention reads of the KV cache per step, for a kv_bucket value, in words."""
+    if bucket is None:
+        return "the whole static cache every step"
+    if bucket == 1:
+        return "the filled keys of a dynamic cache"
+    return f"up to the filled length rounded up to {bucket} keys"
+
+
 def _generation(plan: Plan, ceilings: Ceilings | None = None) -> tuple[Phase, ...]:
+    """The prefill, then the decode steps. The bytes are those the program reads and writes:
+    the weights once per forward, except the input embedding, a gather that reads only the
+    rows of its tokens (the output head is a matmul: its whole matrix); the keys and values
+    attention reads (keys_read: up to the bucket, the whole static cache, or the filled keys)
+    and the token's keys and values written."""
     m, w, t = plan.model, plan.workload, plan.dims.tensor
     b, batch, ins, outs = BYTES[w.precision], w.batch, w.input_tokens, w.output_tokens
     shape = (m.hidden, m.layers, m.heads, m.kv_heads, m.intermediate, m.vocab)
     prefill_flops = llama_generate_flops(*shape, ins, 1, head_dim=m.head_dim)
     decode_flops = plan.cost.forward_flops_per_sample - prefill_flops
-    weights = b * local_weights(plan)
+    table = b * m.vocab * m.hidden  # the input embedding, whole on every device
+
+    def weights(tokens: int) -> float:
+        """The weights one forward over `tokens` tokens reads: its embedding rows, not the table."""
+        return b * local_weights(plan) - table + b * min(tokens, m.vocab) * m.hidden
+
     per_token = 2 * m.layers * m.kv_heads / t * m.head_dim * b  # keys and values, this device
     split = f" / tensor {t}" if plan.dims.tensor_parallel else ""
+    bucket, cache = kv_bucket(plan), ins + outs
 
     def tensor_parallel(tokens: int) -> list[Bound]:
         if not plan.dims.tensor_parallel:
@@ -252,20 +371,26 @@ def _generation(plan: Plan, ceilings: Ceilings | None = None) -> tuple[Phase, ..
         )
         return [link] if link else []
 
+    # the prefill's attention reads the cache as a decode step does, but on Gaudi, where
+    # bucket_internal pads the cache only after the prefill: the prompt's keys there
+    hpu = plan.target.family == "hpu" and bucket is not None
+    first = ins if hpu else keys_read(ins, bucket, cache)
     prefill = Phase("prefill", (
         _compute(plan, batch * prefill_flops / t, f"batch {batch} x {ins} input tokens{split}", ceilings),
-        _memory(plan, weights + batch * ins * per_token, "the weights once, the input's KV cache written",
-                ceilings),
+        _memory(plan, weights(batch * ins) + batch * (ins + first) * per_token,
+                f"the weights once, the input's KV cache written and {first} keys read", ceilings),
         *tensor_parallel(ins),
     ))  # fmt: skip
     steps = outs - 1
     if steps < 1:
         return (prefill,)
-    context = steps * ins + steps * (steps + 1) // 2  # tokens attended over the decode steps
+    # decode step j (1 .. steps) writes one token's keys, filling ins + j, and reads keys_read of that
+    read = sum(keys_read(ins + j, bucket, cache) for j in range(1, steps + 1))
     decode = Phase("decode", (
         _compute(plan, batch * decode_flops / t, f"batch {batch} x {steps} decode steps{split}", ceilings),
-        _memory(plan, steps * weights + batch * (context + steps) * per_token,
-                f"{steps} steps x weights {_gb(weights)}, + the KV cache read and written", ceilings),
+        _memory(plan, steps * weights(batch) + batch * (read + steps) * per_token,
+                f"{steps} steps x weights {_gb(weights(batch))} (the embedding's {batch} rows), + the KV "
+                f"cache read ({key_rule(plan)}) and written", ceilings),
         *tensor_parallel(steps),
     ))  # fmt: skip
     return prefill, decode
@@ -345,6 +470,9 @@ class Verdict:
     bandwidth_share: float | None  # generation: the figure over the memory-bound throughput
     impossible: bool
     arithmetic: str
+    # generation: the bytes per second each device moves at the figure's rate (the roofline's
+    # bytes of a call over the call's time at that rate): bandwidth_share x the HBM bandwidth
+    bytes_per_s: float | None = None
 
 
 def judge(plan: Plan, line: Roofline, ref) -> Verdict:
@@ -387,16 +515,21 @@ def judge(plan: Plan, line: Roofline, ref) -> Verdict:
                     + (f"the figure is {of_bound:.0%} of it" if not line.lower_is_better
                        else f"the figure is {of_bound:.2f}x as fast as that" if impossible
                        else f"the figure reaches {of_bound:.0%} of that speed"))  # fmt: skip
-    share = None
+    share = moved = None
     generation = isinstance(plan.model, LlamaModel) and isinstance(plan.workload, InferWorkload)
-    if generation and rate is not None and line.memory_bound is not None:
-        share = job / line.memory_bound
-        text.append(f"{share:.0%} of the throughput the HBM bandwidth alone allows")
+    if generation and rate is not None and line.items:
+        # bound by memory: the figure as the bytes each device must move per second at its rate
+        moved = job / line.items * line.memory_bytes
+        text.append(f"at that rate each device moves {sig(moved / 1e12)} TB/s (the roofline's bytes)")
+        if line.memory_bound is not None:
+            share = job / line.memory_bound
+            text[-1] += (f", {share:.0%} of its {line.hbm_tb_s:g} TB/s HBM bandwidth: the share of the "
+                         "throughput the bandwidth alone allows")  # fmt: skip
     if impossible:
         text.append(
             "impossible under the stated configuration: the published run must differ "
             "(fewer passes, more devices, another model or precision)"
         )
     return Verdict(
-        ref.label, ref.value, ref.unit, per_device, mfu, of_bound, share, impossible, "; ".join(text)
+        ref.label, ref.value, ref.unit, per_device, mfu, of_bound, share, impossible, "; ".join(text), moved
     )

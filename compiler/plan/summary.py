@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..diagnostics import printable
+from .roofline import kv_bucket
 from .types import InferWorkload, LlamaModel, Plan, SD3Pipeline
 
 
@@ -53,6 +54,26 @@ def _workload_line(plan: Plan) -> str:
     )
 
 
+def _decode_line(plan: Plan) -> str | None:
+    """Generation: how much of the KV cache each step's attention reads (plan/roofline.py)."""
+    if not isinstance(plan.workload, InferWorkload) or not isinstance(plan.model, LlamaModel):
+        return None
+    bucket = kv_bucket(plan)
+    if bucket is None:
+        who = ("optimum-habana's generate, padded to the full length" if plan.target.family == "hpu"
+               else "transformers' generate")  # fmt: skip
+        return f"attention reads the whole static cache every step ({who})"
+    if bucket == 1:
+        return "attention reads the filled keys of its dynamic cache"
+    if plan.tuning is not None and plan.tuning.decode == "loop":
+        compiled = plan.tuning.compile != "off"
+        symbolic = ", its step compiled with the bucket's length symbolic"
+        by = "benchc's decode loop" + (symbolic if compiled else "")
+    else:
+        by = "optimum-habana's generate, bucket_internal"
+    return f"attention reads the KV cache up to the filled length rounded up to {bucket} keys ({by})"
+
+
 def _cost_line(plan: Plan) -> str:
     """Parameters and model FLOPs per sample (what MFU divides by the peak)."""
     cost = plan.cost
@@ -83,6 +104,9 @@ def summarize(plan: Plan) -> str:
         f"  measure   {plan.measure.metric}, repeat {plan.measure.repeat}"
         f"{', profiled after the measured steps' if plan.measure.profile else ''}",
     ]
+    decode = _decode_line(plan)
+    if decode is not None:
+        lines.insert(5, f"  decode    {decode}")
     if plan.cost is not None:
         lines.insert(5, f"  cost      {_cost_line(plan)}")
     if plan.tuning is not None:

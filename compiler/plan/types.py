@@ -119,6 +119,10 @@ class InferWorkload:
     input_tokens: int | None
     output_tokens: int | None
     kv_cache: str | None
+    # generation with a static KV cache: attention reads the keys up to the filled length rounded
+    # up to this many (benchc's decode loop: one CUDA graph per bucket; optimum-habana's
+    # buckets); None where the plan has no such cache
+    decode_bucket: int | None = None
     kind: str = "infer"
 
 

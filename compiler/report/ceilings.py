@@ -1,10 +1,14 @@
 """Measured ceilings beside the datasheet's: what `benchc calibrate` stored of a target (the
 latest calibration, results/calibrations.py) as roofline ceilings (plan/roofline.py's
-`Ceilings`), and each report row's MFU against the measured matmul peak of its precision.
+`Ceilings`), and each report row against them: its MFU against the measured matmul peak of its
+precision, or for generation, whose decode is bound by memory bandwidth, its decode's achieved
+bytes/s against the measured copy bandwidth.
 
 A measured MFU is the run's achieved model FLOP/s per device (its metrics' flops summary) over
 the calibrated matmul FLOP/s of the run's precision: how close the software came to what the
-device really reaches, where the datasheet's MFU also counts what the device cannot reach."""
+device really reaches, where the datasheet's MFU also counts what the device cannot reach. A
+decode's share of the copy bandwidth is the bytes its decode steps must move per device (the
+roofline's decode memory bound) over their measured time, over the calibrated copy bandwidth."""
 
 from __future__ import annotations
 
@@ -59,6 +63,27 @@ def measured_mfu(row: Row, calibration: Calibration | None) -> float | None:
     return row.achieved_per_device / peak
 
 
+def generation(row: Row) -> bool:
+    """A generation run (it recorded TTFT or its decode traffic): bound by memory bandwidth."""
+    return row.ttft_s is not None or row.decode_bytes_per_s is not None
+
+
+def decode_copy_share(row: Row, calibration: Calibration | None) -> float | None:
+    """The decode's achieved bytes/s per device over the calibrated copy bandwidth (None: not
+    calibrated, the copy not measured, or no decode traffic recorded)."""
+    if calibration is None or not calibration.memory_bytes_s or row.decode_bytes_per_s is None:
+        return None
+    return row.decode_bytes_per_s / calibration.memory_bytes_s
+
+
+def rate(bytes_per_s: float) -> str:
+    """Bytes per second in decimal units: TB/s, GB/s or MB/s."""
+    for scale, unit in ((1e12, "TB/s"), (1e9, "GB/s")):
+        if bytes_per_s >= scale:
+            return f"{sig(bytes_per_s / scale)} {unit}"
+    return f"{sig(bytes_per_s / 1e6)} MB/s"
+
+
 def measured_roof(row: Row, calibration: Calibration | None) -> tuple[float, float] | None:
     """(matmul FLOP/s, copy bytes/s) of the run's precision as measured (None: not both)."""
     peak = measured_peak(row, calibration)
@@ -92,18 +117,43 @@ def _mfu_line(row: Row, calibration: Calibration) -> str:
     return f"{where}{datasheet}, {measured} ({source(calibration)})"
 
 
+def _decode_line(row: Row, calibration: Calibration) -> str:
+    """Generation: its decode as achieved bytes/s against the measured copy bandwidth and the
+    datasheet's HBM bandwidth (an MFU against the matmul peak says little of a decode)."""
+    where = f"{row.target} at {row.point}: "
+    if row.decode_bytes_per_s is None:
+        return (f"{where}decode: none against the measured ceilings: the run recorded no decode traffic "
+                f"({source(calibration)})")  # fmt: skip
+    text = f"{where}decode moved {rate(row.decode_bytes_per_s)} per device"
+    share = decode_copy_share(row, calibration)
+    if share is None:
+        text += ", none against the measured ceilings: the calibration measured no copy bandwidth"
+    else:
+        text += f", {sig(share * 100)}% of the measured {rate(calibration.memory_bytes_s)} copy bandwidth"
+    if row.decode_hbm_utilisation:
+        hbm = row.decode_bytes_per_s / row.decode_hbm_utilisation
+        text += f" and {sig(row.decode_hbm_utilisation * 100)}% of the datasheet's {rate(hbm)} HBM bandwidth"
+    else:
+        text += "; the datasheet states no HBM bandwidth"
+    return f"{text} ({source(calibration)}); decode is bound by memory, not by the matmul peak"
+
+
 def ceiling_lines(section: Section) -> list[str]:
-    """Each calibrated row's MFU against both ceilings, and one line naming the targets with no
-    calibration (plain text, escaped by the renderer). Nothing where the store was not asked."""
+    """Each calibrated row against the measured ceilings: its MFU against both peaks, or for
+    generation its decode's bytes/s against both bandwidths; and one line naming the targets
+    with no calibration (plain text, escaped by the renderer). Nothing where the store was not
+    asked."""
     if section.calibrations is None:
         return []
-    lines = [_mfu_line(row, calibration_of(section, row)) for row in section.rows
-             if calibration_of(section, row) is not None]  # fmt: skip
+    lines = [(_decode_line if generation(row) else _mfu_line)(row, calibration_of(section, row))
+             for row in section.rows if calibration_of(section, row) is not None]  # fmt: skip
     missing = sorted({row.target for row in section.rows if calibration_of(section, row) is None})
     if missing:
         target = missing[0] if len(missing) == 1 else "T for each"
         commands = f"benchc calibrate --target {target}"
+        decoding = any(generation(row) for row in section.rows)
+        what = ("decode bytes/s against the bandwidth the device really reaches" if decoding
+                else "MFU against what the device really reaches")  # fmt: skip
         lines.append(f"no calibration of {', '.join(missing)} is stored: {commands} would add "
-                     "measured ceilings (MFU against what the device really reaches, a measured "
-                     "roofline)")  # fmt: skip
+                     f"measured ceilings ({what}, a measured roofline)")  # fmt: skip
     return lines

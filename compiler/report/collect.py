@@ -76,6 +76,8 @@ class Row:
     optimize: str | None = None  # the optimisation tier: tuned or plain (None: not recorded)
     optimize_detail: dict | None = None  # knob -> value the tier set, as the program saw it
     precision: str | None = None  # the plan's workload precision (None: not kept)
+    sharding: str | None = None  # the plan's parallel.sharding (None: not kept)
+    family: str | None = None  # the target's family: cuda, hpu, cpu (None: no plan kept)
     achieved_per_device: float | None = None  # model FLOP/s per device (median over trials)
     profile: dict | None = None  # the latest trial's profile, checked (report/profile.py)
 
@@ -197,6 +199,18 @@ def _precision(plan: ManifestPlan) -> str | None:
     return value if value in ("fp32", "bf16", "fp16", "fp8") else None
 
 
+def _sharding(plan: ManifestPlan) -> str | None:
+    parallel = plan.raw.get("parallel") if isinstance(plan.raw, dict) else None
+    value = parallel.get("sharding") if isinstance(parallel, dict) else None
+    return value if value in ("none", "fsdp", "zero1", "zero2", "zero3") else None
+
+
+def _family(plan: ManifestPlan) -> str | None:
+    target = plan.raw.get("target") if isinstance(plan.raw, dict) else None
+    value = target.get("family") if isinstance(target, dict) else None
+    return value if value in ("cuda", "hpu", "cpu") else None
+
+
 def _tier(metrics: dict) -> str | None:
     """The tier the latest trial ran under; None where its program predates tiers (never a
     guess: the report shows "-")."""
@@ -290,7 +304,8 @@ def sections(runs: list[RunRecord], baseline: str | None = None, calibrations: d
         if row is not None:
             line = plan.roofline
             why = row.no_roofline if line else _no_roofline(trials[-1])
-            row = replace(row, roofline=line, no_roofline=why, precision=_precision(plan))
+            row = replace(row, roofline=line, no_roofline=why, precision=_precision(plan),
+                          sharding=_sharding(plan), family=_family(plan))  # fmt: skip
             by_section[(experiment, smoke)].append(row)
             plans[(experiment, smoke)][(point, target)] = plan
     result = []

@@ -169,6 +169,38 @@ def unequal_tiers(row: Row, base: Row) -> str | None:
     return None
 
 
+def _optimizer(row: Row) -> str | None:
+    """The optimizer implementation the run's tier chose on its family (None: not recorded)."""
+    knob = (row.optimize_detail or {}).get("optimizer")
+    if knob is None or row.family is None:
+        return None
+    if knob == "fused":
+        return "Habana's FusedAdamW" if row.family == "hpu" else "torch's fused AdamW"
+    return "torch's foreach AdamW" if row.family == "cuda" else "torch's per-tensor AdamW"
+
+
+SHARDING = {"none": "no sharding (DDP)", "fsdp": "FSDP2", "zero1": "DeepSpeed ZeRO-1",
+            "zero2": "DeepSpeed ZeRO-2", "zero3": "DeepSpeed ZeRO-3"}  # fmt: skip
+
+
+def maths_differences(row: Row, base: Row) -> str:
+    """Where the two runs' paths differ in arithmetic, not only in speed (each vendor's best
+    path may): the precision, the optimizer's implementation, the sharding and its gradient
+    reductions. Said beside the ratio; empty where they agree or either is not recorded."""
+    differ = []
+    if row.precision and base.precision and row.precision != base.precision:
+        differ.append(f"precision {row.precision} vs {base.precision}")
+    mine, theirs = _optimizer(row), _optimizer(base)
+    if mine and theirs and mine != theirs:
+        differ.append(f"{mine} vs {theirs} (the same update rule, other kernels and rounding)")
+    if row.sharding and base.sharding and row.sharding != base.sharding:
+        differ.append(f"{SHARDING[row.sharding]} vs {SHARDING[base.sharding]} (gradients reduced in "
+                      "another order and grouping)")  # fmt: skip
+    if not differ:
+        return ""
+    return f"; the two paths differ in maths: {'; '.join(differ)}"
+
+
 def _unrecorded_tier(row: Row, base: Row) -> str:
     """A note where one of the two recorded its tier and the other did not (never a guess)."""
     missing = [r.target for r in (row, base) if r.optimize is None]
@@ -182,11 +214,12 @@ def split_lines(section: Section) -> list[str]:
     lines = []
     for item in splits(section):
         if isinstance(item, Split):
-            lines.append(_split_line(item) + _unrecorded_tier(item.row, item.base))
+            row, base = item.row, item.base
+            lines.append(_split_line(item) + _unrecorded_tier(row, base) + maths_differences(row, base))
             continue
         row, base, ratio, why = item
         text = f"{row.target} at {row.point}: {sig(ratio)}x {base.target}, not split: {why}"
-        lines.append(text + _unrecorded_tier(row, base))
+        lines.append(text + _unrecorded_tier(row, base) + maths_differences(row, base))
     return lines
 
 
@@ -298,12 +331,16 @@ def bound_lines(section: Section) -> list[str]:
 
 
 def _decode_traffic(row: Row) -> str:
-    """Generation's decode as memory traffic, beside MFU (which means little for decode)."""
+    """Generation's decode as memory traffic, its achieved bytes/s against the datasheet's HBM
+    bandwidth (an MFU against the matmul peak means little for decode; the measured copy
+    bandwidth, where calibrated, is report/ceilings.py's)."""
     if row.decode_bytes_per_s is None:
         return ""
     text = f"; decode moved {sig(row.decode_bytes_per_s / 1e12)} TB/s per device"
-    if row.decode_hbm_utilisation is not None:
-        text += f", {sig(row.decode_hbm_utilisation * 100)}% of its HBM bandwidth"
+    if row.decode_hbm_utilisation:
+        hbm = row.decode_bytes_per_s / row.decode_hbm_utilisation
+        text += (f", {sig(row.decode_hbm_utilisation * 100)}% of its HBM bandwidth ({sig(hbm / 1e12)} TB/s, "
+                 "the datasheet's): decode is bound by memory, not by the matmul peak")  # fmt: skip
     return text
 
 

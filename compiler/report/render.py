@@ -13,7 +13,7 @@ import html
 import re
 
 from ..figures import sig
-from .ceilings import calibration_of, ceiling_lines, has_measured, measured_mfu
+from .ceilings import calibration_of, ceiling_lines, decode_copy_share, has_measured, measured_mfu
 from .collect import Row, Section
 from .explain import bound_lines, cost_lines, runtime_lines, split_lines, tier_lines
 from .prices import Prices, valid_currency, valid_price
@@ -72,10 +72,16 @@ def table(section: Section, text=_as_is) -> tuple[list[str], list[list[str]]]:
     images = any(r.s_per_image is not None for r in section.rows)
     if generation:
         header += ["TTFT (ms)", "TPOT (ms)"]
+    # generation's decode is bound by memory bandwidth: its achieved bytes/s per device against
+    # the datasheet's HBM bandwidth, and (calibrated) the measured copy bandwidth, not a matmul MFU
+    decoding = any(r.ttft_s is not None or r.decode_bytes_per_s is not None for r in section.rows)
+    if decoding:
+        header += ["decode (GB/s per device)", "decode / HBM"]
     if images:
         header += ["denoise s/image"] if m.name == "s_per_image" else ["s/image", "denoise s/image"]
     measured = has_measured(section)
-    header += ["peak memory (GiB)", "MFU", *(["MFU (measured)"] if measured else []), "world", "trials",
+    measured_header = "decode / copy (measured)" if decoding else "MFU (measured)"
+    header += ["peak memory (GiB)", "MFU", *([measured_header] if measured else []), "world", "trials",
                "reference"]  # fmt: skip
     rows = []
     for row in section.rows:
@@ -87,6 +93,9 @@ def table(section: Section, text=_as_is) -> tuple[list[str], list[list[str]]]:
         cells += [sig(row.per_device), sig(row.step_p50 * 1e3), sig(row.step_p90 * 1e3)]
         if generation:
             cells += [sig(_ms(row.ttft_s)), sig(_ms(row.tpot_s))]
+        if decoding:
+            moved = row.decode_bytes_per_s
+            cells += [sig(moved / 1e9) if moved is not None else "-", _percent(row.decode_hbm_utilisation)]
         if images:
             if m.name != "s_per_image":
                 cells.append(sig(row.s_per_image))
@@ -94,16 +103,23 @@ def table(section: Section, text=_as_is) -> tuple[list[str], list[list[str]]]:
         cells += [
             sig(row.peak_memory_bytes / 2**30) if row.peak_memory_bytes is not None else "-",
             f"{sig(row.mfu * 100)}%" if row.mfu is not None else "-",
-            *([_measured_mfu(section, row)] if measured else []),
+            *([(_measured_decode if decoding else _measured_mfu)(section, row)] if measured else []),
             _world(row), str(row.throughput.n), _reference(row, text),
         ]  # fmt: skip
         rows.append(cells)
     return header, rows
 
 
+def _percent(share: float | None) -> str:
+    return "-" if share is None else f"{sig(share * 100)}%"
+
+
 def _measured_mfu(section: Section, row: Row) -> str:
-    mfu = measured_mfu(row, calibration_of(section, row))
-    return "-" if mfu is None else f"{sig(mfu * 100)}%"
+    return _percent(measured_mfu(row, calibration_of(section, row)))
+
+
+def _measured_decode(section: Section, row: Row) -> str:
+    return _percent(decode_copy_share(row, calibration_of(section, row)))
 
 
 def _smoke_note(section: Section) -> str:
@@ -120,6 +136,10 @@ NOTES = (
     "coefficient of variation above 5%. Ratios compare targets at the same sweep point and read "
     "as 'x better' (for a lower-is-better metric, the baseline's value over this one). MFU is "
     "model FLOP/s per device over the target's dense peak; '-' where the peak is unknown. "
+    "Generation's decode is bound by memory bandwidth, not by the matmul peak: its decode GB/s is "
+    "the bytes its decode steps must move per device (the roofline's) over their measured time, "
+    "against the datasheet's HBM bandwidth and, where the target is calibrated, the measured copy "
+    "bandwidth. "
     "The tier is the optimisation tier each run had (optimize = tuned or plain; '-' where its "
     "metrics predate tiers): a ratio between rows of different tiers is not the hardware's alone. "
     "References are published figures from the spec, not measurements. Numbers have 3 "
