@@ -53,16 +53,16 @@ def test_full_size_sd3_on_cpu_warns_per_node_at_the_model_and_smoke_does_not(hos
     assert [w.severity for w in result.warnings] == ["warning", "warning"]
     first = result.warnings[0]
     assert first.message == (
-        "cpu / batch-16 will not fit in this host's memory: 8 processes x 56.7 GB = 453.4 GB, "
-        "over the 24.0 GB of this host (18.89x)"
+        "cpu / batch-16 will not fit in this host's memory: 8 processes x 49.0 GB = 392.3 GB, "
+        "over the 24.0 GB of this host (16.34x)"
     )
-    assert "cpu / batch-32 will not fit in this host's memory: 8 processes x 68.7 GB" in (
+    assert "cpu / batch-32 will not fit in this host's memory: 8 processes x 61.2 GB" in (
         result.warnings[1].message
     )
     # the states (weights, gradients, AdamW) are the larger share: at the model's preset
     line = first.span.source.line_text(first.span.line)
     assert line[first.span.column - 1 : first.span.end_column - 1] == '"sd3-medium"'
-    assert "8 x 13.0 GB = 103.9 GB, still over" in first.hint  # sharding = fsdp, per node
+    assert "8 x 12.7 GB = 101.5 GB, still over" in first.hint  # sharding = fsdp, per node
     assert "the 8 processes of a node (cluster.devices_per_node) share" in first.notes[0].message
     assert "--smoke: a tiny model that runs every code path in a minute" in first.hint
     assert "a target with more memory" not in first.hint and "tensor parallelism" not in first.hint
@@ -80,7 +80,7 @@ def test_check_warns_and_strict_refuses_a_cpu_plan_over_the_host_s_memory(host):
     plain = run_cli("check", "specs/sd3.bench", "--target", "cpu", cwd=REPO)
     assert plain.code == 0, plain.err
     assert re.search(r"^\S+:\d+:\d+: warning: cpu / batch-16 will not fit in this host's memory: "
-                     r"8 processes x 56\.7 GB", plain.err, flags=re.M)  # fmt: skip
+                     r"8 processes x 49\.0 GB", plain.err, flags=re.M)  # fmt: skip
     assert "^" in plain.err
     strict = run_cli("check", "--strict", "specs/sd3.bench", "--target", "cpu", cwd=REPO)
     assert strict.code == 2 and strict.out == ""
@@ -108,8 +108,8 @@ def test_estimate_gives_each_cpu_process_its_share_of_the_host(host):
     host(HOST)
     text = run_cli("estimate", "specs/sd3.bench", "-t", "cpu", cwd=REPO).out
     batch16, batch32 = re.findall(r"^  memory      (.*)$", text, flags=re.M)
-    assert "does NOT fit" in batch16 and "(18.9x the memory)" in batch16  # 8 x 56.7 GB over 24 GB
-    assert "8 processes x 56.7 GB = 453 GB of 24.0 GB, this host's memory" in batch16
+    assert "does NOT fit" in batch16 and "(16.3x the memory)" in batch16  # 8 x 49.0 GB over 24 GB
+    assert "8 processes x 49.0 GB = 392 GB of 24.0 GB, this host's memory" in batch16
     assert "does NOT fit" in batch32
     assert "states no memory size" not in text
     data = json.loads(run_cli("estimate", "specs/sd3.bench", "-t", "cpu", "--json", cwd=REPO).out)

@@ -174,7 +174,7 @@ def test_llama_inference_tokens_equal_transformers_greedy_generate(tmp_path):
     assert generation["ttft_s"] > 0 and generation["tpot_s"] > 0
     # measured the same way on every target: a one-token call, then the rest of a full call
     text = (point / "bench.py").read_text()
-    assert "streamer" not in text and "_, prefill = timed(1)" in text
+    assert "streamer" not in text and "_, prefill = timed(1, measured)" in text
     step = metrics["step_time_s"]["median"]
     estimate = generation["ttft_s"] + (run["output_tokens"] - 1) * generation["tpot_s"]
     assert estimate == pytest.approx(step, rel=0.25)

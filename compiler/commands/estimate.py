@@ -7,6 +7,10 @@ Where the results store holds a calibration of a plan's target (`benchc calibrat
 roofline is also taken against the measured ceilings, and each line gives both figures: the
 datasheet's, then the measured one (the cpu target, which states no peak, gets its bound this
 way). Without one the text is as it always was; `--json` says "calibration": null.
+
+Generation's decode is bound by memory bandwidth: its line gives the bytes each decode step
+moves per device and the least time per step at the HBM bandwidth (and at the measured copy
+bandwidth), and each generation reference the bytes/s it implies against both bandwidths.
 """
 
 from __future__ import annotations
@@ -79,6 +83,43 @@ def _flops_lines(plan) -> list[str]:
             "and VAE not counted"]  # fmt: skip
 
 
+def _decode_record(plan, line) -> dict | None:
+    """Generation's decode as memory traffic: the bytes each decode step moves per device (the
+    roofline's decode memory bound over its steps), how the cache is read, and the least time
+    per step at the datasheet's HBM bandwidth (None: no decode step, or not generation)."""
+    from ..plan.roofline import kv_bucket
+    from ..plan.types import InferWorkload, LlamaModel
+
+    if not isinstance(plan.workload, InferWorkload) or not isinstance(plan.model, LlamaModel):
+        return None
+    decode = next((p for p in line.phases if p.name == "decode"), None)
+    if decode is None:
+        return None
+    memory = next(b for b in decode.bounds if b.name == "memory")
+    steps = plan.workload.output_tokens - 1
+    hbm = plan.target.hbm_tb_s
+    return {
+        "steps": steps,
+        "bytes_per_device": memory.amount,
+        "bytes_per_step": memory.amount / steps,
+        "kv_bucket": kv_bucket(plan),  # keys read: rounded up to it; 1 the filled ones; None the whole cache
+        "hbm_bytes_per_s": None if hbm is None else hbm * 1e12,
+        "seconds_per_step": None if hbm is None else memory.amount / steps / (hbm * 1e12),
+    }
+
+
+def _decode_line(record: dict, target: str) -> str:
+    from ..plan.roofline import key_rule_of
+
+    d = record["decode"]
+    text = (f"  decode      {_gb(d['bytes_per_step'])} moved per step per device (the weights, the KV "
+            f"cache read {key_rule_of(d['kv_bucket'])}); ")  # fmt: skip
+    if d["hbm_bytes_per_s"] is None:
+        return text + f"{target} states no HBM bandwidth"
+    return text + (f"at the {_figure(d['hbm_bytes_per_s'] / 1e12)} TB/s HBM bandwidth at least "
+                   f"{_seconds(d['seconds_per_step'])} per step")  # fmt: skip
+
+
 def _calibration_json(plan, calibration) -> dict | None:
     """The calibration used, with the roofline against its ceilings (None: none stored)."""
     from ..plan.roofline import roofline
@@ -126,6 +167,7 @@ def _record(plan, calibration=None) -> dict:
             "processes": memory.processes,
         },
         "roofline": line.record(),
+        "decode": _decode_record(plan, line),
         "references": [
             {
                 "label": v.label,
@@ -137,6 +179,7 @@ def _record(plan, calibration=None) -> dict:
                 "bandwidth_share": v.bandwidth_share,
                 "impossible": v.impossible,
                 "arithmetic": v.arithmetic,
+                "bytes_per_s": v.bytes_per_s,
             }
             for v in verdicts
         ],  # fmt: skip
@@ -184,6 +227,7 @@ def _with_measured(lines: list[str], record: dict, measured) -> list[str]:
     provenance = (f"  calibration measured ceilings ({source(measured.calibration)}): {', '.join(figures)}; "
                   "each roofline line gives the datasheet's figure, then the measured one")  # fmt: skip
     out, phase_index, bounds = [], -1, iter(())
+    references = iter(record["references"])  # in the order of their lines
     for text in lines:
         if text.startswith("  roofline    ") and provenance:
             out.append(provenance)
@@ -204,11 +248,23 @@ def _with_measured(lines: list[str], record: dict, measured) -> list[str]:
                 text += f"; measured {_seconds(bound.seconds)}{at}{binds}"
         elif text.startswith("  bound       "):
             text += f"; {_measured_bound(measured.line)}"
+        elif text.startswith("  decode      ") and calibration["memory_tb_s"]:
+            per_step = record["decode"]["bytes_per_step"] / (calibration["memory_tb_s"] * 1e12)
+            text += (f"; measured: at the {_figure(calibration['memory_tb_s'])} TB/s copy bandwidth at least "
+                     f"{_seconds(per_step)} per step")  # fmt: skip
+        elif text.startswith("  reference   ") and calibration["memory_tb_s"]:
+            moved = next(references, {}).get("bytes_per_s")
+            if moved is not None:
+                copy = calibration["memory_tb_s"]
+                share = _figure(moved / (copy * 1e12) * 100)
+                text += f"; {share}% of the measured {_figure(copy)} TB/s copy bandwidth"
         out.append(text)
     return out
 
 
 def _text(record: dict, plan, measured=None) -> str:
+    from ..plan.memory import build_formula
+
     point = ", ".join(f"{k}={v}" for k, v in record["point_values"].items()) or "no sweep"
     smoke = "  [smoke]" if record["smoke"] else ""
     lines = [f"{record['experiment']} / {record['target']} / {record['point']}{smoke}",
@@ -231,11 +287,9 @@ def _text(record: dict, plan, measured=None) -> str:
             extra = f" ({'without' if other else 'with'} checkpointing: {_gb(value)})"
         lines.append(f"    {part['name']:<13}{_gb(part['bytes']):>10}  {part['formula']}{extra}")
     if m["build_bytes"]:
-        training_plan = plan.workload.kind == "train"
         peak = "  <- the peak" if m["build_bytes"] > m["steady_bytes"] else ""
         lines.append(f"    {'(build)':<13}{_gb(m['build_bytes']):>10}  before the parts above: the whole "
-                     f"model built ({'fp32, 4' if training_plan else 'b'} B x P) before it is sharded or "
-                     f"split{peak}")  # fmt: skip
+                     f"model built ({build_formula(plan)}) before it is sharded or split{peak}")  # fmt: skip
     r = record["roofline"]
     training = plan.workload.kind == "train"  # a step: forward+backward, then the optimizer, in turn
     if training:
@@ -256,6 +310,8 @@ def _text(record: dict, plan, measured=None) -> str:
     else:
         lines.append(f"  bound       at most {_figure(r['best'])} {r['unit']} "
                      f"({_figure(r['best_per_device'])} per device; {r['metric']})")  # fmt: skip
+    if record["decode"] is not None:
+        lines.append(_decode_line(record, record["target"]))
     for ref in record["references"]:
         flag = "IMPOSSIBLE: " if ref["impossible"] else ""
         lines.append(

@@ -84,7 +84,7 @@ def _remedies(plan: Plan, memory) -> list[str]:
             found.append('a smaller model (preset = "sd3-medium"): the SD3 pipeline runs on one device')
         return found + _last(plan, memory)
     if not plan.parallel.activation_checkpointing:
-        total = memory.total - memory.activations_off + memory.activations_on
+        total = _total_with(plan, activation_checkpointing=True)
         found.append(f"activation checkpointing: parallel.activation_checkpointing = true ({verdict(total)})")
     if dims.distributed and not dims.shards_parameters:
         name = "zero3" if plan.target.family == "hpu" else "fsdp"

@@ -34,8 +34,11 @@ from accelerate import init_empty_weights
 from diffusers import SD3Transformer2DModel
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+from torch.multiprocessing.reductions import StorageWeakRef
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.parallel import DistributedDataParallel
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 # ==== benchc: the resolved plan of this program ====
 PLAN = {
@@ -131,6 +134,79 @@ SDPA_BACKENDS = {
 }
 
 
+class StoragePeak(TorchDispatchMode):
+    """The peak bytes of live CPU tensor storage in this process, the CPU's peak_memory_bytes
+    (the CPU has no allocator statistics). Every storage an operator returns is counted until
+    it is freed (a weak reference, swept whenever the count could make a new peak), and
+    storage resizes are followed (FSDP2 frees gathered parameters by resizing them to 0).
+    It slows every operator, so it runs from the device's creation (before the model is
+    built) until the measured window starts (reset_peak_memory): the build, the warmup steps
+    or calls, never a measured one. torch.compile compiles as without it (compile's internals
+    ignore it), but buffers Inductor's generated code allocates itself pass through no
+    operator and are not seen: where the CPU program compiles, the figure leaves them out.
+    Allocations inside a collective (gloo's) are not seen either."""
+
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        return True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live = {}  # storage id -> (weak reference, bytes)
+        self.current = self.peak = self.calls = 0
+        self.resize = None  # torch's UntypedStorage.resize_, while it is wrapped
+
+    def sweep(self) -> None:
+        """Uncount the storages freed since the last sweep; the peak so far."""
+        for key in [key for key, (ref, _) in self.live.items() if ref.expired()]:
+            self.current -= self.live.pop(key)[1]
+        self.peak = max(self.peak, self.current)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if any(t.__name__ == "DTensor" for t in types):
+            return NotImplemented  # DTensor unwraps into local operators, counted there
+        out = func(*args, **(kwargs or {}))
+        grew = False
+        for tensor in tree_leaves(out):
+            if type(tensor) is torch.Tensor and tensor.device.type == "cpu":
+                storage = tensor.untyped_storage()
+                ref = StorageWeakRef(storage)
+                if ref.cdata not in self.live:
+                    self.live[ref.cdata] = (ref, storage.nbytes())
+                    self.current += storage.nbytes()
+                    grew = True
+        self.calls += 1
+        if (grew and self.current > self.peak) or self.calls % 64 == 0:
+            self.sweep()
+        return out
+
+    def start(self) -> None:
+        resize = self.resize = torch.UntypedStorage.resize_
+
+        def resized(storage, size):
+            entry = self.live.get(StorageWeakRef(storage).cdata)
+            result = resize(storage, size)
+            if entry is not None:
+                self.current += storage.nbytes() - entry[1]
+                self.live[StorageWeakRef(storage).cdata] = (entry[0], storage.nbytes())
+                if self.current > self.peak:
+                    self.sweep()
+            return result
+
+        torch.UntypedStorage.resize_ = resized
+        self.__enter__()
+
+    def stop(self) -> None:
+        """The peak is final: the tracker leaves every operator alone from now on."""
+        if self.resize is None:
+            return
+        self.__exit__(None, None, None)
+        torch.UntypedStorage.resize_ = self.resize
+        self.resize = None
+        self.sweep()
+        self.live.clear()
+
+
 class Device:
     """Target adapter: host CPU. Processes talk over gloo; nothing to synchronise."""
 
@@ -145,6 +221,9 @@ class Device:
     def __init__(self, local_rank: int) -> None:
         self.device = torch.device("cpu")
         self.local_rank = local_rank
+        # peak_memory_bytes: from here to the measured window
+        self.tensors = StoragePeak()
+        self.tensors.start()
 
     def autocast(self, dtype):
         if dtype is None:
@@ -199,6 +278,10 @@ class Device:
     def ddp_options(self) -> dict:
         return {}
 
+    def watch_host_syncs(self, on: bool):
+        """The CPU has no device to wait for: nothing to watch (None)."""
+        return None
+
     def mark_step(self) -> None:
         """Nothing to flush: the CPU runs eagerly."""
 
@@ -221,12 +304,15 @@ class Device:
         return None
 
     def reset_peak_memory(self) -> None:
-        """On the CPU the peak is the process's peak resident set: no reset."""
+        """The measured window starts: the tensors' peak stops here (StoragePeak), covering
+        the build and the warmup, not the measured steps it would slow."""
+        self.tensors.stop()
 
     def peak_memory_bytes(self) -> int:
-        import resource  # POSIX only, as is this adapter's measure
-
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+        """The peak of live tensor storage from the build to the measured window (StoragePeak);
+        the process's resident set, interpreter and allocator included, is peak_rss_bytes."""
+        self.tensors.stop()
+        return self.tensors.peak
 
     def device_name(self) -> str:
         with contextlib.suppress(OSError):
@@ -726,9 +812,13 @@ class MeasuredWindow:
     step (device events on CUDA, nothing that waits for the device), losses kept on the
     device and read once at the end, with the finite check done there too."""
 
-    def __init__(self, device, steps: int) -> None:
+    def __init__(self, device, steps: int, sync_free: bool = True) -> None:
         self.device = device
         self.steps = steps
+        # False: a step reads the device (fp16's gradient scaler)
+        self.sync_free = sync_free
+        # the host-sync watch the device applied over the window, if any
+        self.watched = None
         self.losses = []
         self.marks = []
 
@@ -739,6 +829,8 @@ class MeasuredWindow:
         self.device.synchronize()
         self.device.reset_peak_memory()
         self.marks.append(self.device.time_mark())
+        if self.sync_free:
+            self.watched = self.device.watch_host_syncs(True)
         return self
 
     def record(self, loss) -> None:
@@ -754,6 +846,8 @@ class MeasuredWindow:
         return len(self.marks) - 1 < self.steps
 
     def __exit__(self, *exc) -> None:
+        if self.watched:
+            self.device.watch_host_syncs(False)
         gc.enable()
         gc.unfreeze()
 
@@ -782,6 +876,14 @@ def record_tier(metrics: dict, device) -> None:
     contiguous = compiled and device.contiguous_region_inputs
     workaround = "contiguous inputs to compiled blocks"
     metrics["workarounds"] = [workaround] if contiguous else []
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident set, in bytes (Linux reports KiB): host memory, the
+    interpreter, libraries and allocator included; apart from peak_memory_bytes."""
+    import resource  # POSIX only, as are the programs' launchers
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def since_process_start(started: float) -> float:
@@ -1163,7 +1265,8 @@ def train(metrics: dict, started: float, trace_to=None) -> None:
     pace = warmup_times[-1] if warmup_times else None
     steps = window_steps(run["steps"] - run["warmup"], pace, world, device)
     total = run["warmup"] + steps
-    window = MeasuredWindow(device, steps)
+    # fp16's gradient scaler reads found_inf from the device once per step (docs/programs.md)
+    window = MeasuredWindow(device, steps, sync_free=run["precision"] != "fp16")
     with window:
         index = run["warmup"]
         shown, shown_index = time.perf_counter(), index
@@ -1178,6 +1281,7 @@ def train(metrics: dict, started: float, trace_to=None) -> None:
                 print(f"step {index}/{total} time {mean:.3f}s", flush=True)
                 shown, shown_index = now, index
     step_times = window.times()
+    metrics["host_sync_watch"] = window.watched
     measured_losses = window.loss_values()
     if run["warmup"] == 0:  # the first step was measured: its loss is read only now
         check_first_step(metrics, reference, measured_losses[0], world, device)
@@ -1211,6 +1315,7 @@ def train(metrics: dict, started: float, trace_to=None) -> None:
         },
         loss={"first": losses[0], "last": losses[-1], "all": losses},
         peak_memory_bytes=int(peak.item()),
+        peak_rss_bytes=peak_rss_bytes(),
         peak_reserved_memory_bytes=device.peak_reserved_bytes(),
         flops=flops_summary(PLAN["train_flops_per_sample"], samples_per_s / world),
     )
@@ -1280,9 +1385,9 @@ def prepare_training(device, world: int, metrics: dict):
         total = torch.zeros((), device=device.device)
         for micro in range(accumulation):
             last = micro == accumulation - 1
-            # Reduce gradients across ranks only on the last micro batch of the step.
-            if sharded:
-                model.set_requires_gradient_sync(last)
+            # DDP reduces gradients on the last micro batch only (no_sync before it). FSDP2
+            # reduce-scatters every micro batch, as torchtitan does: skipping it would keep
+            # each device's unsharded gradients, 4 B x every parameter, which sharding avoids.
             quiet = world > 1 and not last and not sharded
             sync = model.no_sync() if quiet else contextlib.nullcontext()
             with sync, device.attention(run["attention"]):

@@ -138,6 +138,44 @@ PLAN = {
 
 
 # ==== benchc: target adapter (hpu) ====
+def habana_environment() -> dict:
+    """Every Habana environment variable this program runs with, name -> value: decided here, from
+    the plan, and nowhere else (launch.sh sets none). PT_HPU_LAZY_MODE is the plan's execution mode
+    (plan/tuning.py's hpu_mode); the Habana bridge reads it when torch loads, so the top of this
+    file sets it before any import. PT_HPU_ENABLE_LAZY_COLLECTIVES=true for tensor-parallel
+    generation in lazy mode: collectives inside HPU graphs need it (Intel Gaudi's "Run Inference
+    Using HPU Graphs"; optimum-habana's text generation sets it for every multi-card run, in
+    examples/text-generation/utils.py setup_env). PT_HPUGRAPH_DISABLE_TENSOR_CACHE=1 where generate
+    runs HPU graphs with limit_hpu_graphs and bucket_internal and no reuse_cache, so it may clear
+    the graphs' inputs after each call (setup_env again)."""
+    knobs, run = PLAN["optimize"]["knobs"], PLAN.get("infer") or {}
+    lazy = knobs["hpu_mode"] == "lazy"
+    wanted = {"PT_HPU_LAZY_MODE": "1" if lazy else "0"}
+    if PLAN["workload"] == "infer" and PLAN["parallel"]["tensor"] > 1 and lazy:
+        wanted["PT_HPU_ENABLE_LAZY_COLLECTIVES"] = "true"
+    if knobs.get("hpu_decode") == "bucketed" and run.get("graphs") and lazy:
+        wanted["PT_HPUGRAPH_DISABLE_TENSOR_CACHE"] = "1"
+    return wanted
+
+
+def set_habana_environment() -> None:
+    """Set the Habana variables of the plan, before the model is built and before any process
+    group, DeepSpeed or HPU graph is made (where upstream sets them). One already set to another
+    value (exported by the user, the shell or the container) is refused, never silently used:
+    the run would measure a mode or path other than the one its plan, manifest and metrics name."""
+    tier = PLAN["optimize"]["tier"]
+    for name, value in habana_environment().items():
+        found = os.environ.setdefault(name, value)
+        if found != value:
+            raise RuntimeError(
+                f"{name}={found} is set in the environment, but this program runs with "
+                f"{name}={value} (its plan: optimize = {tier}, hpu_mode = "
+                f"{PLAN['optimize']['knobs']['hpu_mode']}): unset {name} (bench.py sets every "
+                "Habana variable from its plan), or compile the setting you want into the plan "
+                "(docs/programs.md, Gaudi)"
+            )
+
+
 class Device:
     """Target adapter: Intel Gaudi (hpu), one card per process, HCCL between cards."""
 
@@ -149,6 +187,7 @@ class Device:
         self.device = torch.device("hpu")
         self.local_rank = local_rank
         self._clip_norm = None
+        set_habana_environment()
 
     def autocast(self, dtype):
         if dtype is None:
@@ -177,8 +216,16 @@ class Device:
         return {}
 
     def numerics(self) -> dict:
-        """Gaudi has no TF32 switch and no cuDNN in torch's backends: nothing to set."""
-        return {"tf32_matmul": None, "tf32_cudnn": None, "cudnn_benchmark": None}
+        """Gaudi has no TF32 switch and no cuDNN in torch's backends. The Habana variables this
+        program decides, as read back from its environment now (what it runs with, not the plan's
+        copy): the execution mode among them."""
+        ran_with = {name: os.environ.get(name) for name in habana_environment()}
+        return {
+            "tf32_matmul": None,
+            "tf32_cudnn": None,
+            "cudnn_benchmark": None,
+            "habana_environment": ran_with,
+        }
 
     def compile(self, model):
         return torch.compile(model, backend="hpu_backend")
@@ -214,6 +261,10 @@ class Device:
         """optimum-habana's default DDP bucket (GaudiTrainingArguments.ddp_bucket_cap_mb)."""
         return {"bucket_cap_mb": 230, "gradient_as_bucket_view": True}
 
+    def watch_host_syncs(self, on: bool):
+        """torch's sync debug mode is CUDA's; Habana's bridge has none: nothing watched (None)."""
+        return None
+
     def mark_step(self) -> None:
         htcore.mark_step()
 
@@ -222,13 +273,20 @@ class Device:
         hthpu.synchronize()
 
     def time_mark(self):
-        """A timing boundary: the step's graph flushed and finished (one synchronisation)."""
+        """A timing boundary: the step's lazy graph sent to the card (mark_step, which does not
+        wait for it), then an HPU event recorded on the card's stream after it. Nothing waits
+        for the device: the step times are the card's, read once after the window."""
         htcore.mark_step()
-        hthpu.synchronize()
-        return time.perf_counter()
+        event = hthpu.Event(enable_timing=True)
+        event.record()
+        return event
 
     def durations(self, marks: list) -> list:
-        return [end - start for start, end in zip(marks, marks[1:], strict=False)]
+        """Seconds between consecutive boundaries: one synchronisation after the window, then
+        the events' elapsed times (milliseconds)."""
+        hthpu.synchronize()
+        pairs = zip(marks, marks[1:], strict=False)
+        return [start.elapsed_time(end) / 1000.0 for start, end in pairs]
 
     def peak_reserved_bytes(self):
         """Habana's memory stats name no reserve apart from MaxInUse."""
@@ -743,9 +801,13 @@ class MeasuredWindow:
     step (device events on CUDA, nothing that waits for the device), losses kept on the
     device and read once at the end, with the finite check done there too."""
 
-    def __init__(self, device, steps: int) -> None:
+    def __init__(self, device, steps: int, sync_free: bool = True) -> None:
         self.device = device
         self.steps = steps
+        # False: a step reads the device (fp16's gradient scaler)
+        self.sync_free = sync_free
+        # the host-sync watch the device applied over the window, if any
+        self.watched = None
         self.losses = []
         self.marks = []
 
@@ -756,6 +818,8 @@ class MeasuredWindow:
         self.device.synchronize()
         self.device.reset_peak_memory()
         self.marks.append(self.device.time_mark())
+        if self.sync_free:
+            self.watched = self.device.watch_host_syncs(True)
         return self
 
     def record(self, loss) -> None:
@@ -771,6 +835,8 @@ class MeasuredWindow:
         return len(self.marks) - 1 < self.steps
 
     def __exit__(self, *exc) -> None:
+        if self.watched:
+            self.device.watch_host_syncs(False)
         gc.enable()
         gc.unfreeze()
 
@@ -799,6 +865,14 @@ def record_tier(metrics: dict, device) -> None:
     contiguous = compiled and device.contiguous_region_inputs
     workaround = "contiguous inputs to compiled blocks"
     metrics["workarounds"] = [workaround] if contiguous else []
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident set, in bytes (Linux reports KiB): host memory, the
+    interpreter, libraries and allocator included; apart from peak_memory_bytes."""
+    import resource  # POSIX only, as are the programs' launchers
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def since_process_start(started: float) -> float:
@@ -1180,7 +1254,8 @@ def train(metrics: dict, started: float, trace_to=None) -> None:
     pace = warmup_times[-1] if warmup_times else None
     steps = window_steps(run["steps"] - run["warmup"], pace, world, device)
     total = run["warmup"] + steps
-    window = MeasuredWindow(device, steps)
+    # fp16's gradient scaler reads found_inf from the device once per step (docs/programs.md)
+    window = MeasuredWindow(device, steps, sync_free=run["precision"] != "fp16")
     with window:
         index = run["warmup"]
         shown, shown_index = time.perf_counter(), index
@@ -1195,6 +1270,7 @@ def train(metrics: dict, started: float, trace_to=None) -> None:
                 print(f"step {index}/{total} time {mean:.3f}s", flush=True)
                 shown, shown_index = now, index
     step_times = window.times()
+    metrics["host_sync_watch"] = window.watched
     measured_losses = window.loss_values()
     if run["warmup"] == 0:  # the first step was measured: its loss is read only now
         check_first_step(metrics, reference, measured_losses[0], world, device)
@@ -1228,6 +1304,7 @@ def train(metrics: dict, started: float, trace_to=None) -> None:
         },
         loss={"first": losses[0], "last": losses[-1], "all": losses},
         peak_memory_bytes=int(peak.item()),
+        peak_rss_bytes=peak_rss_bytes(),
         peak_reserved_memory_bytes=device.peak_reserved_bytes(),
         flops=flops_summary(PLAN["train_flops_per_sample"], samples_per_s / world),
     )
@@ -1297,9 +1374,9 @@ def prepare_training(device, world: int, metrics: dict):
         total = torch.zeros((), device=device.device)
         for micro in range(accumulation):
             last = micro == accumulation - 1
-            # Reduce gradients across ranks only on the last micro batch of the step.
-            if sharded:
-                model.set_requires_gradient_sync(last)
+            # DDP reduces gradients on the last micro batch only (no_sync before it). FSDP2
+            # reduce-scatters every micro batch, as torchtitan does: skipping it would keep
+            # each device's unsharded gradients, 4 B x every parameter, which sharding avoids.
             quiet = world > 1 and not last and not sharded
             sync = model.no_sync() if quiet else contextlib.nullcontext()
             with sync, device.attention(run["attention"]):

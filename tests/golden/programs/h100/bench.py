@@ -157,13 +157,13 @@ class Device:
 
     def attention(self, kernel: str):
         """The attention kernels the plan's tier chose for the spec's `attention` (PLAN's
-        optimize knobs), as PyTorch SDPA backends in order of priority. "sdpa": PyTorch
-        picks; "xformers" is set up in prepare()."""
-        chosen = PLAN["optimize"]["knobs"]["attention"]
-        if chosen not in SDPA_BACKENDS:
+        optimize knobs, e.g. "cudnn>flash>efficient"), as PyTorch SDPA backends in order of
+        priority, the others off. "sdpa default" (plain): PyTorch picks, as shipped;
+        "xformers" is set up in prepare()."""
+        names = PLAN["optimize"]["knobs"]["attention"].split(">")
+        if not all(name in SDPA_BACKENDS for name in names):
             return contextlib.nullcontext()
-        backends = [SDPA_BACKENDS[name] for name in chosen.split(">")]
-        return sdpa_kernel(backends, set_priority=True)
+        return sdpa_kernel([SDPA_BACKENDS[name] for name in names], set_priority=True)
 
     def numerics(self) -> dict:
         """Set, not left to chance: no TF32 (every target computes fp32 as fp32), and cuDNN's
@@ -218,6 +218,17 @@ class Device:
 
     def ddp_options(self) -> dict:
         return {"device_ids": [self.local_rank]}
+
+    def watch_host_syncs(self, on: bool):
+        """BENCHC_SYNC_DEBUG=warn|error (benchmarks/gpu_check.sh sets error): torch's CUDA
+        sync debug mode over a window that claims no host synchronisation, so a measured step
+        that waits for the GPU warns, or fails the run naming the operation. Off outside the
+        windows. Returns the mode applied (for the metrics), or None."""
+        mode = os.environ.get("BENCHC_SYNC_DEBUG", "")
+        if mode not in ("warn", "error"):
+            return None
+        torch.cuda.set_sync_debug_mode(mode if on else "default")
+        return mode
 
     def mark_step(self) -> None:
         """CUDA runs eagerly: nothing to flush."""
@@ -757,9 +768,13 @@ class MeasuredWindow:
     step (device events on CUDA, nothing that waits for the device), losses kept on the
     device and read once at the end, with the finite check done there too."""
 
-    def __init__(self, device, steps: int) -> None:
+    def __init__(self, device, steps: int, sync_free: bool = True) -> None:
         self.device = device
         self.steps = steps
+        # False: a step reads the device (fp16's gradient scaler)
+        self.sync_free = sync_free
+        # the host-sync watch the device applied over the window, if any
+        self.watched = None
         self.losses = []
         self.marks = []
 
@@ -770,6 +785,8 @@ class MeasuredWindow:
         self.device.synchronize()
         self.device.reset_peak_memory()
         self.marks.append(self.device.time_mark())
+        if self.sync_free:
+            self.watched = self.device.watch_host_syncs(True)
         return self
 
     def record(self, loss) -> None:
@@ -785,6 +802,8 @@ class MeasuredWindow:
         return len(self.marks) - 1 < self.steps
 
     def __exit__(self, *exc) -> None:
+        if self.watched:
+            self.device.watch_host_syncs(False)
         gc.enable()
         gc.unfreeze()
 
@@ -813,6 +832,14 @@ def record_tier(metrics: dict, device) -> None:
     contiguous = compiled and device.contiguous_region_inputs
     workaround = "contiguous inputs to compiled blocks"
     metrics["workarounds"] = [workaround] if contiguous else []
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident set, in bytes (Linux reports KiB): host memory, the
+    interpreter, libraries and allocator included; apart from peak_memory_bytes."""
+    import resource  # POSIX only, as are the programs' launchers
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def since_process_start(started: float) -> float:
@@ -1194,7 +1221,8 @@ def train(metrics: dict, started: float, trace_to=None) -> None:
     pace = warmup_times[-1] if warmup_times else None
     steps = window_steps(run["steps"] - run["warmup"], pace, world, device)
     total = run["warmup"] + steps
-    window = MeasuredWindow(device, steps)
+    # fp16's gradient scaler reads found_inf from the device once per step (docs/programs.md)
+    window = MeasuredWindow(device, steps, sync_free=run["precision"] != "fp16")
     with window:
         index = run["warmup"]
         shown, shown_index = time.perf_counter(), index
@@ -1209,6 +1237,7 @@ def train(metrics: dict, started: float, trace_to=None) -> None:
                 print(f"step {index}/{total} time {mean:.3f}s", flush=True)
                 shown, shown_index = now, index
     step_times = window.times()
+    metrics["host_sync_watch"] = window.watched
     measured_losses = window.loss_values()
     if run["warmup"] == 0:  # the first step was measured: its loss is read only now
         check_first_step(metrics, reference, measured_losses[0], world, device)
@@ -1242,6 +1271,7 @@ def train(metrics: dict, started: float, trace_to=None) -> None:
         },
         loss={"first": losses[0], "last": losses[-1], "all": losses},
         peak_memory_bytes=int(peak.item()),
+        peak_rss_bytes=peak_rss_bytes(),
         peak_reserved_memory_bytes=device.peak_reserved_bytes(),
         flops=flops_summary(PLAN["train_flops_per_sample"], samples_per_s / world),
     )
@@ -1311,9 +1341,9 @@ def prepare_training(device, world: int, metrics: dict):
         total = torch.zeros((), device=device.device)
         for micro in range(accumulation):
             last = micro == accumulation - 1
-            # Reduce gradients across ranks only on the last micro batch of the step.
-            if sharded:
-                model.set_requires_gradient_sync(last)
+            # DDP reduces gradients on the last micro batch only (no_sync before it). FSDP2
+            # reduce-scatters every micro batch, as torchtitan does: skipping it would keep
+            # each device's unsharded gradients, 4 B x every parameter, which sharding avoids.
             quiet = world > 1 and not last and not sharded
             sync = model.no_sync() if quiet else contextlib.nullcontext()
             with sync, device.attention(run["attention"]):

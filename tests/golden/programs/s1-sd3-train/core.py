@@ -480,9 +480,13 @@ class MeasuredWindow:
     step (device events on CUDA, nothing that waits for the device), losses kept on the
     device and read once at the end, with the finite check done there too."""
 
-    def __init__(self, device, steps: int) -> None:
+    def __init__(self, device, steps: int, sync_free: bool = True) -> None:
         self.device = device
         self.steps = steps
+        # False: a step reads the device (fp16's gradient scaler)
+        self.sync_free = sync_free
+        # the host-sync watch the device applied over the window, if any
+        self.watched = None
         self.losses = []
         self.marks = []
 
@@ -493,6 +497,8 @@ class MeasuredWindow:
         self.device.synchronize()
         self.device.reset_peak_memory()
         self.marks.append(self.device.time_mark())
+        if self.sync_free:
+            self.watched = self.device.watch_host_syncs(True)
         return self
 
     def record(self, loss) -> None:
@@ -508,6 +514,8 @@ class MeasuredWindow:
         return len(self.marks) - 1 < self.steps
 
     def __exit__(self, *exc) -> None:
+        if self.watched:
+            self.device.watch_host_syncs(False)
         gc.enable()
         gc.unfreeze()
 
@@ -536,6 +544,14 @@ def record_tier(metrics: dict, device) -> None:
     contiguous = compiled and device.contiguous_region_inputs
     workaround = "contiguous inputs to compiled blocks"
     metrics["workarounds"] = [workaround] if contiguous else []
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident set, in bytes (Linux reports KiB): host memory, the
+    interpreter, libraries and allocator included; apart from peak_memory_bytes."""
+    import resource  # POSIX only, as are the programs' launchers
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def since_process_start(started: float) -> float:
@@ -917,7 +933,8 @@ def train(metrics: dict, started: float, trace_to=None) -> None:
     pace = warmup_times[-1] if warmup_times else None
     steps = window_steps(run["steps"] - run["warmup"], pace, world, device)
     total = run["warmup"] + steps
-    window = MeasuredWindow(device, steps)
+    # fp16's gradient scaler reads found_inf from the device once per step (docs/programs.md)
+    window = MeasuredWindow(device, steps, sync_free=run["precision"] != "fp16")
     with window:
         index = run["warmup"]
         shown, shown_index = time.perf_counter(), index
@@ -932,6 +949,7 @@ def train(metrics: dict, started: float, trace_to=None) -> None:
                 print(f"step {index}/{total} time {mean:.3f}s", flush=True)
                 shown, shown_index = now, index
     step_times = window.times()
+    metrics["host_sync_watch"] = window.watched
     measured_losses = window.loss_values()
     if run["warmup"] == 0:  # the first step was measured: its loss is read only now
         check_first_step(metrics, reference, measured_losses[0], world, device)
@@ -965,6 +983,7 @@ def train(metrics: dict, started: float, trace_to=None) -> None:
         },
         loss={"first": losses[0], "last": losses[-1], "all": losses},
         peak_memory_bytes=int(peak.item()),
+        peak_rss_bytes=peak_rss_bytes(),
         peak_reserved_memory_bytes=device.peak_reserved_bytes(),
         flops=flops_summary(PLAN["train_flops_per_sample"], samples_per_s / world),
     )

@@ -493,9 +493,13 @@ class MeasuredWindow:
     step (device events on CUDA, nothing that waits for the device), losses kept on the
     device and read once at the end, with the finite check done there too."""
 
-    def __init__(self, device, steps: int) -> None:
+    def __init__(self, device, steps: int, sync_free: bool = True) -> None:
         self.device = device
         self.steps = steps
+        # False: a step reads the device (fp16's gradient scaler)
+        self.sync_free = sync_free
+        # the host-sync watch the device applied over the window, if any
+        self.watched = None
         self.losses = []
         self.marks = []
 
@@ -506,6 +510,8 @@ class MeasuredWindow:
         self.device.synchronize()
         self.device.reset_peak_memory()
         self.marks.append(self.device.time_mark())
+        if self.sync_free:
+            self.watched = self.device.watch_host_syncs(True)
         return self
 
     def record(self, loss) -> None:
@@ -521,6 +527,8 @@ class MeasuredWindow:
         return len(self.marks) - 1 < self.steps
 
     def __exit__(self, *exc) -> None:
+        if self.watched:
+            self.device.watch_host_syncs(False)
         gc.enable()
         gc.unfreeze()
 
@@ -549,6 +557,14 @@ def record_tier(metrics: dict, device) -> None:
     contiguous = compiled and device.contiguous_region_inputs
     workaround = "contiguous inputs to compiled blocks"
     metrics["workarounds"] = [workaround] if contiguous else []
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident set, in bytes (Linux reports KiB): host memory, the
+    interpreter, libraries and allocator included; apart from peak_memory_bytes."""
+    import resource  # POSIX only, as are the programs' launchers
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def since_process_start(started: float) -> float:
@@ -934,5 +950,6 @@ def pipeline_benchmark(metrics: dict, started: float, trace_to=None) -> None:
         },
         peak_reserved_memory_bytes=device.peak_reserved_bytes(),
         peak_memory_bytes=peak,
+        peak_rss_bytes=peak_rss_bytes(),
         flops=flops_summary(PLAN["flops_per_sample"], images_per_s),
     )

@@ -430,9 +430,13 @@ class MeasuredWindow:
     step (device events on CUDA, nothing that waits for the device), losses kept on the
     device and read once at the end, with the finite check done there too."""
 
-    def __init__(self, device, steps: int) -> None:
+    def __init__(self, device, steps: int, sync_free: bool = True) -> None:
         self.device = device
         self.steps = steps
+        # False: a step reads the device (fp16's gradient scaler)
+        self.sync_free = sync_free
+        # the host-sync watch the device applied over the window, if any
+        self.watched = None
         self.losses = []
         self.marks = []
 
@@ -443,6 +447,8 @@ class MeasuredWindow:
         self.device.synchronize()
         self.device.reset_peak_memory()
         self.marks.append(self.device.time_mark())
+        if self.sync_free:
+            self.watched = self.device.watch_host_syncs(True)
         return self
 
     def record(self, loss) -> None:
@@ -458,6 +464,8 @@ class MeasuredWindow:
         return len(self.marks) - 1 < self.steps
 
     def __exit__(self, *exc) -> None:
+        if self.watched:
+            self.device.watch_host_syncs(False)
         gc.enable()
         gc.unfreeze()
 
@@ -486,6 +494,14 @@ def record_tier(metrics: dict, device) -> None:
     contiguous = compiled and device.contiguous_region_inputs
     workaround = "contiguous inputs to compiled blocks"
     metrics["workarounds"] = [workaround] if contiguous else []
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident set, in bytes (Linux reports KiB): host memory, the
+    interpreter, libraries and allocator included; apart from peak_memory_bytes."""
+    import resource  # POSIX only, as are the programs' launchers
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def since_process_start(started: float) -> float:
@@ -791,29 +807,56 @@ def deepspeed_tensor_parallel(model, degree: int, dtype, graphs: bool):
     return model
 
 
+class BucketedCache(StaticCache):
+    """transformers' static KV cache whose attention reads the keys and values only up to
+    `keys_read` (the decode step sets it: the filled length rounded up to the plan's decode
+    bucket), not over the whole cache. The keys past the filled length are masked anyway:
+    the sums are the same, and fewer bytes are read (as optimum-habana's buckets on Gaudi).
+    None: the whole cache."""
+
+    keys_read = None
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        keys, values = super().update(key_states, value_states, *args, **kwargs)
+        if self.keys_read is None:
+            return keys, values
+        return keys[:, :, : self.keys_read], values[:, :, : self.keys_read]
+
+
 class DecodeLoop:
     """Greedy decoding of a fixed number of tokens with no host synchronisation per token
     (gpt-fast's way): a static KV cache, the prompt's prefill, then one decode step per
     token, each picking its token on the device (argmax) and feeding it to the next. Nothing
     reads a token or a flag back until the call ends. The decode step is one function, so a
-    target can compile it whole (CUDA graphs on CUDA). The attention mask is made on the
-    device from the positions (keys up to each query's position), a 4-D mask transformers
-    passes unchanged to the attention kernel. The tokens are transformers' greedy generate's."""
+    target can compile it whole (CUDA graphs on CUDA). Attention reads the cache up to the
+    filled length rounded up to `bucket` keys (the plan's decode_bucket). The bucket comes
+    into the step as the length of an input (the cache's key positions up to its end), so
+    torch.compile compiles the step for the first bucket, then once more with that length
+    symbolic (its automatic dynamic shapes) for every later bucket: at most two compilations
+    however many buckets the output spans, each bucket then its own CUDA graph under
+    reduce-overhead (CUDA graph trees record one graph per shape). The attention mask is made
+    on the device from the positions (keys up to each query's position, over the bucket's
+    keys), a 4-D mask transformers passes unchanged to the attention kernel. The tokens are
+    transformers' greedy generate's."""
 
-    def __init__(self, model, prompt, new_tokens: int, compile_options) -> None:
+    def __init__(
+        self, model, prompt, new_tokens: int, compile_options, bucket=None
+    ) -> None:
         batch, length = prompt.shape
         device, dtype = prompt.device, next(model.parameters()).dtype
         self.model, self.prompt = model, prompt
+        self.size = length + new_tokens
+        self.bucket = bucket or PLAN["infer"]["decode_bucket"]
         # transformers 4.x sizes the cache here; 5.x from the first update (and takes these
         # arguments for compatibility)
-        self.cache = StaticCache(
+        self.cache = BucketedCache(
             config=model.config,
-            max_cache_len=length + new_tokens,
+            max_cache_len=self.size,
             max_batch_size=batch,
             device=device,
             dtype=dtype,
         )
-        self.keys = torch.arange(length + new_tokens, device=device)
+        self.keys = torch.arange(self.size, device=device)
         self.prompt_positions = torch.arange(length, device=device)
         self.position = torch.zeros(1, dtype=torch.long, device=device)
         step = self.step
@@ -821,9 +864,15 @@ class DecodeLoop:
             step = torch.compile(step, fullgraph=True, **compile_options)
         self.compiled_step = step
 
-    def step(self, tokens, positions):
-        """One forward over `tokens` at `positions`, and the next token of each sequence."""
-        mask = (self.keys <= positions[:, None])[None, None]
+    def bucket_end(self, filled: int) -> int:
+        """The keys attention reads when `filled` are in the cache: rounded up to the bucket."""
+        return min(-(-filled // self.bucket) * self.bucket, self.size)
+
+    def step(self, tokens, positions, keys):
+        """One forward over `tokens` at `positions`, attending to the cache's first
+        len(`keys`) keys (`keys`: their positions), and the next token of each sequence."""
+        self.cache.keys_read = keys.shape[0]
+        mask = (keys <= positions[:, None])[None, None]
         logits = self.model(
             input_ids=tokens,
             attention_mask=mask,
@@ -836,13 +885,19 @@ class DecodeLoop:
 
     def __call__(self, tokens: int):
         """The prompt followed by `tokens` generated tokens, as generate returns them."""
+        length = self.prompt.shape[1]
         self.cache.reset()
-        token = self.step(self.prompt, self.prompt_positions)  # prefill: not compiled
+        prefill_keys = self.keys[: self.bucket_end(length)]
+        # not compiled
+        token = self.step(self.prompt, self.prompt_positions, prefill_keys)
         generated = [token]
-        self.position.fill_(self.prompt.shape[1])
-        for _ in range(tokens - 1):
+        self.position.fill_(length)
+        for filled in range(length + 1, length + tokens):
+            # this step writes the filled-th key; attention reads up to its bucket's end (a
+            # view of the positions on the device, cut on the host: nothing waits)
+            keys = self.keys[: self.bucket_end(filled)]
             # a clone: under CUDA graphs the step's output is overwritten by its next replay
-            token = self.compiled_step(token, self.position).clone()
+            token = self.compiled_step(token, self.position, keys).clone()
             generated.append(token)
             self.position += 1
         return torch.cat([self.prompt, *generated], dim=1)
@@ -851,18 +906,26 @@ class DecodeLoop:
 class TimedCall:
     """One timed generation call: the device synchronised at its start and its end (the
     timing boundary), nothing between them that waits for the device (where the decoding
-    allows: benchc's loop; transformers' generate reads a flag after every token)."""
+    allows: benchc's loop; transformers' generate reads a flag after every token). `watch`:
+    the call claims no host synchronisation, so the device's host-sync watch is on inside
+    it (CUDA's sync debug mode under BENCHC_SYNC_DEBUG; the measured calls of the loop)."""
 
-    def __init__(self, device) -> None:
+    def __init__(self, device, watch: bool = False) -> None:
         self.device = device
+        self.watch = watch
+        self.watched = None  # the watch the device applied, if any
         self.seconds = None
 
     def __enter__(self):
         self.device.synchronize()
         self.begin = time.perf_counter()
+        if self.watch:
+            self.watched = self.device.watch_host_syncs(True)
         return self
 
     def __exit__(self, *exc) -> None:
+        if self.watched:
+            self.device.watch_host_syncs(False)
         self.device.synchronize()
         self.seconds = time.perf_counter() - self.begin
 
@@ -906,7 +969,9 @@ def generate_benchmark(metrics: dict, started: float, trace_to=None) -> None:
     prompt = torch.randint(0, vocab, shape, device=device.device)
     new_tokens = run["output_tokens"]
     if PLAN["optimize"]["knobs"]["decode"] == "loop":
-        loop = DecodeLoop(model, prompt, new_tokens, device.decode_compile_options(run))
+        options = device.decode_compile_options(run)
+        loop = DecodeLoop(model, prompt, new_tokens, options, run["decode_bucket"])
+        bucket = loop.bucket
 
         def generate(tokens: int):
             with torch.no_grad(), device.attention(run["attention"]):
@@ -914,6 +979,9 @@ def generate_benchmark(metrics: dict, started: float, trace_to=None) -> None:
 
     else:
         options = device.generate_options(run)
+        # optimum-habana's generate reads its static cache in buckets of bucket_size (-1: the
+        # whole padded length); transformers' the whole static cache, or a dynamic cache's keys
+        bucket = options.get("bucket_size", -1)
 
         def generate(tokens: int):
             with torch.no_grad(), device.attention(run["attention"]):
@@ -927,9 +995,14 @@ def generate_benchmark(metrics: dict, started: float, trace_to=None) -> None:
                     **options,
                 )
 
-    def timed(tokens: int):
-        with TimedCall(device) as call:
+    # benchc's loop claims no host sync in a measured call
+    sync_free = PLAN["optimize"]["knobs"]["decode"] == "loop"
+    watched = []  # the host-sync watch of the measured calls of benchc's loop
+
+    def timed(tokens: int, measured: bool):
+        with TimedCall(device, watch=measured and sync_free) as call:
             output = generate(tokens)
+        watched.append(call.watched)
         return output, call.seconds
 
     # The same clock on every target and both ways of decoding: time to first token is a
@@ -950,8 +1023,9 @@ def generate_benchmark(metrics: dict, started: float, trace_to=None) -> None:
             gc.disable()
         elif index == 0:
             set_phase(metrics, "warmup")
-        _, prefill = timed(1)
-        output, total = timed(new_tokens)
+        measured = index >= run["warmup"]
+        _, prefill = timed(1, measured)
+        output, total = timed(new_tokens, measured)
         totals.append(total)
         first_token.append(prefill)
         if new_tokens > 1:
@@ -964,6 +1038,7 @@ def generate_benchmark(metrics: dict, started: float, trace_to=None) -> None:
             )
     gc.enable()
     gc.unfreeze()
+    metrics["host_sync_watch"] = watched[-1]
     metrics["device_state"]["end"] = device.state()
     generated = output[:, prompt.shape[1] :]
     if generated.shape[1] != new_tokens:
@@ -1002,9 +1077,11 @@ def generate_benchmark(metrics: dict, started: float, trace_to=None) -> None:
             "ttft_s": statistics.median(ttft) if ttft else None,
             "tpot_s": statistics.median(tpot) if tpot else None,
             **decode_bandwidth(statistics.median(tpot) if tpot else None, new_tokens),
+            "decode_bucket": bucket if bucket > 0 else None,
             "first_sequence": generated[0].tolist(),
         },
         peak_reserved_memory_bytes=device.peak_reserved_bytes(),
         peak_memory_bytes=int(peak.item()),
+        peak_rss_bytes=peak_rss_bytes(),
         flops=flops_summary(PLAN["flops_per_sample"], sequences_per_s / world),
     )

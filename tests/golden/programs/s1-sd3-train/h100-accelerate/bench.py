@@ -156,13 +156,13 @@ class Device:
 
     def attention(self, kernel: str):
         """The attention kernels the plan's tier chose for the spec's `attention` (PLAN's
-        optimize knobs), as PyTorch SDPA backends in order of priority. "sdpa": PyTorch
-        picks; "xformers" is set up in prepare()."""
-        chosen = PLAN["optimize"]["knobs"]["attention"]
-        if chosen not in SDPA_BACKENDS:
+        optimize knobs, e.g. "cudnn>flash>efficient"), as PyTorch SDPA backends in order of
+        priority, the others off. "sdpa default" (plain): PyTorch picks, as shipped;
+        "xformers" is set up in prepare()."""
+        names = PLAN["optimize"]["knobs"]["attention"].split(">")
+        if not all(name in SDPA_BACKENDS for name in names):
             return contextlib.nullcontext()
-        backends = [SDPA_BACKENDS[name] for name in chosen.split(">")]
-        return sdpa_kernel(backends, set_priority=True)
+        return sdpa_kernel([SDPA_BACKENDS[name] for name in names], set_priority=True)
 
     def numerics(self) -> dict:
         """Set, not left to chance: no TF32 (every target computes fp32 as fp32), and cuDNN's
@@ -208,6 +208,17 @@ class Device:
     def accelerator(self, settings: dict):
         """accelerate's Accelerator: this process's GPU, NCCL, DDP's device ids."""
         return Accelerator(**settings)
+
+    def watch_host_syncs(self, on: bool):
+        """BENCHC_SYNC_DEBUG=warn|error (benchmarks/gpu_check.sh sets error): torch's CUDA
+        sync debug mode over a window that claims no host synchronisation, so a measured step
+        that waits for the GPU warns, or fails the run naming the operation. Off outside the
+        windows. Returns the mode applied (for the metrics), or None."""
+        mode = os.environ.get("BENCHC_SYNC_DEBUG", "")
+        if mode not in ("warn", "error"):
+            return None
+        torch.cuda.set_sync_debug_mode(mode if on else "default")
+        return mode
 
     def mark_step(self) -> None:
         """CUDA runs eagerly: nothing to flush."""

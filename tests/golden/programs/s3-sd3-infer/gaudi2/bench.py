@@ -195,6 +195,7 @@ PLAN = {
         "input_tokens": None,
         "output_tokens": None,
         "kv_cache": None,
+        "decode_bucket": None,
         "resolution": 1024,
         "denoising_steps": 30,
         "guidance": 7.0,
@@ -205,6 +206,44 @@ PLAN = {
 
 
 # ==== benchc: target adapter (hpu) ====
+def habana_environment() -> dict:
+    """Every Habana environment variable this program runs with, name -> value: decided here, from
+    the plan, and nowhere else (launch.sh sets none). PT_HPU_LAZY_MODE is the plan's execution mode
+    (plan/tuning.py's hpu_mode); the Habana bridge reads it when torch loads, so the top of this
+    file sets it before any import. PT_HPU_ENABLE_LAZY_COLLECTIVES=true for tensor-parallel
+    generation in lazy mode: collectives inside HPU graphs need it (Intel Gaudi's "Run Inference
+    Using HPU Graphs"; optimum-habana's text generation sets it for every multi-card run, in
+    examples/text-generation/utils.py setup_env). PT_HPUGRAPH_DISABLE_TENSOR_CACHE=1 where generate
+    runs HPU graphs with limit_hpu_graphs and bucket_internal and no reuse_cache, so it may clear
+    the graphs' inputs after each call (setup_env again)."""
+    knobs, run = PLAN["optimize"]["knobs"], PLAN.get("infer") or {}
+    lazy = knobs["hpu_mode"] == "lazy"
+    wanted = {"PT_HPU_LAZY_MODE": "1" if lazy else "0"}
+    if PLAN["workload"] == "infer" and PLAN["parallel"]["tensor"] > 1 and lazy:
+        wanted["PT_HPU_ENABLE_LAZY_COLLECTIVES"] = "true"
+    if knobs.get("hpu_decode") == "bucketed" and run.get("graphs") and lazy:
+        wanted["PT_HPUGRAPH_DISABLE_TENSOR_CACHE"] = "1"
+    return wanted
+
+
+def set_habana_environment() -> None:
+    """Set the Habana variables of the plan, before the model is built and before any process
+    group, DeepSpeed or HPU graph is made (where upstream sets them). One already set to another
+    value (exported by the user, the shell or the container) is refused, never silently used:
+    the run would measure a mode or path other than the one its plan, manifest and metrics name."""
+    tier = PLAN["optimize"]["tier"]
+    for name, value in habana_environment().items():
+        found = os.environ.setdefault(name, value)
+        if found != value:
+            raise RuntimeError(
+                f"{name}={found} is set in the environment, but this program runs with "
+                f"{name}={value} (its plan: optimize = {tier}, hpu_mode = "
+                f"{PLAN['optimize']['knobs']['hpu_mode']}): unset {name} (bench.py sets every "
+                "Habana variable from its plan), or compile the setting you want into the plan "
+                "(docs/programs.md, Gaudi)"
+            )
+
+
 class Device:
     """Target adapter: Intel Gaudi (hpu), one card per process, HCCL between cards."""
 
@@ -216,6 +255,7 @@ class Device:
         self.device = torch.device("hpu")
         self.local_rank = local_rank
         self._clip_norm = None
+        set_habana_environment()
 
     def autocast(self, dtype):
         if dtype is None:
@@ -244,8 +284,16 @@ class Device:
         return {}
 
     def numerics(self) -> dict:
-        """Gaudi has no TF32 switch and no cuDNN in torch's backends: nothing to set."""
-        return {"tf32_matmul": None, "tf32_cudnn": None, "cudnn_benchmark": None}
+        """Gaudi has no TF32 switch and no cuDNN in torch's backends. The Habana variables this
+        program decides, as read back from its environment now (what it runs with, not the plan's
+        copy): the execution mode among them."""
+        ran_with = {name: os.environ.get(name) for name in habana_environment()}
+        return {
+            "tf32_matmul": None,
+            "tf32_cudnn": None,
+            "cudnn_benchmark": None,
+            "habana_environment": ran_with,
+        }
 
     def compile(self, model):
         return torch.compile(model, backend="hpu_backend")
@@ -280,6 +328,10 @@ class Device:
         """optimum-habana splits a call into batches of batch_size (default 1): one batch."""
         return {"batch_size": run["batch"]}
 
+    def watch_host_syncs(self, on: bool):
+        """torch's sync debug mode is CUDA's; Habana's bridge has none: nothing watched (None)."""
+        return None
+
     def mark_step(self) -> None:
         htcore.mark_step()
 
@@ -288,13 +340,20 @@ class Device:
         hthpu.synchronize()
 
     def time_mark(self):
-        """A timing boundary: the step's graph flushed and finished (one synchronisation)."""
+        """A timing boundary: the step's lazy graph sent to the card (mark_step, which does not
+        wait for it), then an HPU event recorded on the card's stream after it. Nothing waits
+        for the device: the step times are the card's, read once after the window."""
         htcore.mark_step()
-        hthpu.synchronize()
-        return time.perf_counter()
+        event = hthpu.Event(enable_timing=True)
+        event.record()
+        return event
 
     def durations(self, marks: list) -> list:
-        return [end - start for start, end in zip(marks, marks[1:], strict=False)]
+        """Seconds between consecutive boundaries: one synchronisation after the window, then
+        the events' elapsed times (milliseconds)."""
+        hthpu.synchronize()
+        pairs = zip(marks, marks[1:], strict=False)
+        return [start.elapsed_time(end) / 1000.0 for start, end in pairs]
 
     def peak_reserved_bytes(self):
         """Habana's memory stats name no reserve apart from MaxInUse."""

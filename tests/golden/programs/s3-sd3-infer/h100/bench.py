@@ -158,7 +158,7 @@ PLAN = {
     "optimize": {
         "tier": "tuned",
         "knobs": {
-            "compile": "regional",
+            "compile": "whole",
             "attention": "cudnn>flash>efficient",
             "qkv": "separate",
             "cudnn_benchmark": "on",
@@ -178,6 +178,7 @@ PLAN = {
         "input_tokens": None,
         "output_tokens": None,
         "kv_cache": None,
+        "decode_bucket": None,
         "resolution": 1024,
         "denoising_steps": 30,
         "guidance": 7.0,
@@ -222,13 +223,13 @@ class Device:
 
     def attention(self, kernel: str):
         """The attention kernels the plan's tier chose for the spec's `attention` (PLAN's
-        optimize knobs), as PyTorch SDPA backends in order of priority. "sdpa": PyTorch
-        picks; "xformers" is set up in prepare()."""
-        chosen = PLAN["optimize"]["knobs"]["attention"]
-        if chosen not in SDPA_BACKENDS:
+        optimize knobs, e.g. "cudnn>flash>efficient"), as PyTorch SDPA backends in order of
+        priority, the others off. "sdpa default" (plain): PyTorch picks, as shipped;
+        "xformers" is set up in prepare()."""
+        names = PLAN["optimize"]["knobs"]["attention"].split(">")
+        if not all(name in SDPA_BACKENDS for name in names):
             return contextlib.nullcontext()
-        backends = [SDPA_BACKENDS[name] for name in chosen.split(">")]
-        return sdpa_kernel(backends, set_priority=True)
+        return sdpa_kernel([SDPA_BACKENDS[name] for name in names], set_priority=True)
 
     def numerics(self) -> dict:
         """Set, not left to chance: no TF32 (every target computes fp32 as fp32), and cuDNN's
@@ -271,19 +272,32 @@ class Device:
         return {"device_map": "cuda"}
 
     def prepare_pipeline(self, pipe, run: dict):
-        """The MMDiT's blocks compiled one by one where the tier or infer.compile says (the
-        compile time does not grow with its depth), under CUDA graphs (mode reduce-overhead)
-        with graphs; graphs alone: the whole MMDiT under CUDA graphs. Encoders and VAE run
-        eagerly either way."""
-        options = {"mode": "reduce-overhead"} if run["graphs"] else {}
-        if PLAN["optimize"]["knobs"]["compile"] == "regional":
-            compile_blocks(pipe.transformer.transformer_blocks, options)
-        elif run["graphs"]:
-            pipe.transformer.compile(**options)
+        """compile = whole (infer.graphs): the MMDiT compiled as one graph under CUDA graphs
+        (mode reduce-overhead), one graph replayed per denoising step. compile = regional: its
+        blocks compiled one by one (the compile time does not grow with the depth), without
+        CUDA graphs: the blocks share one compiled graph, and replaying it for the next block
+        would overwrite the output of the block before, which that replay reads (PyTorch's
+        CUDA graph trees, pytorch/pytorch#170604). Encoders and VAE run eagerly either way."""
+        compiled = PLAN["optimize"]["knobs"]["compile"]
+        if compiled == "whole":
+            pipe.transformer.compile(fullgraph=True, mode="reduce-overhead")
+        elif compiled == "regional":
+            compile_blocks(pipe.transformer.transformer_blocks, {})
         return pipe
 
     def pipeline_call_options(self, run: dict) -> dict:
         return {}
+
+    def watch_host_syncs(self, on: bool):
+        """BENCHC_SYNC_DEBUG=warn|error (benchmarks/gpu_check.sh sets error): torch's CUDA
+        sync debug mode over a window that claims no host synchronisation, so a measured step
+        that waits for the GPU warns, or fails the run naming the operation. Off outside the
+        windows. Returns the mode applied (for the metrics), or None."""
+        mode = os.environ.get("BENCHC_SYNC_DEBUG", "")
+        if mode not in ("warn", "error"):
+            return None
+        torch.cuda.set_sync_debug_mode(mode if on else "default")
+        return mode
 
     def mark_step(self) -> None:
         """CUDA runs eagerly: nothing to flush."""

@@ -33,8 +33,11 @@ import torch.distributed as dist
 from accelerate import init_empty_weights
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+from torch.multiprocessing.reductions import StorageWeakRef
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.parallel import DistributedDataParallel
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 from transformers import LlamaConfig, LlamaForCausalLM
 
 # ==== benchc: the resolved plan of this program ====
@@ -123,6 +126,79 @@ SDPA_BACKENDS = {
 }
 
 
+class StoragePeak(TorchDispatchMode):
+    """The peak bytes of live CPU tensor storage in this process, the CPU's peak_memory_bytes
+    (the CPU has no allocator statistics). Every storage an operator returns is counted until
+    it is freed (a weak reference, swept whenever the count could make a new peak), and
+    storage resizes are followed (FSDP2 frees gathered parameters by resizing them to 0).
+    It slows every operator, so it runs from the device's creation (before the model is
+    built) until the measured window starts (reset_peak_memory): the build, the warmup steps
+    or calls, never a measured one. torch.compile compiles as without it (compile's internals
+    ignore it), but buffers Inductor's generated code allocates itself pass through no
+    operator and are not seen: where the CPU program compiles, the figure leaves them out.
+    Allocations inside a collective (gloo's) are not seen either."""
+
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        return True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live = {}  # storage id -> (weak reference, bytes)
+        self.current = self.peak = self.calls = 0
+        self.resize = None  # torch's UntypedStorage.resize_, while it is wrapped
+
+    def sweep(self) -> None:
+        """Uncount the storages freed since the last sweep; the peak so far."""
+        for key in [key for key, (ref, _) in self.live.items() if ref.expired()]:
+            self.current -= self.live.pop(key)[1]
+        self.peak = max(self.peak, self.current)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if any(t.__name__ == "DTensor" for t in types):
+            return NotImplemented  # DTensor unwraps into local operators, counted there
+        out = func(*args, **(kwargs or {}))
+        grew = False
+        for tensor in tree_leaves(out):
+            if type(tensor) is torch.Tensor and tensor.device.type == "cpu":
+                storage = tensor.untyped_storage()
+                ref = StorageWeakRef(storage)
+                if ref.cdata not in self.live:
+                    self.live[ref.cdata] = (ref, storage.nbytes())
+                    self.current += storage.nbytes()
+                    grew = True
+        self.calls += 1
+        if (grew and self.current > self.peak) or self.calls % 64 == 0:
+            self.sweep()
+        return out
+
+    def start(self) -> None:
+        resize = self.resize = torch.UntypedStorage.resize_
+
+        def resized(storage, size):
+            entry = self.live.get(StorageWeakRef(storage).cdata)
+            result = resize(storage, size)
+            if entry is not None:
+                self.current += storage.nbytes() - entry[1]
+                self.live[StorageWeakRef(storage).cdata] = (entry[0], storage.nbytes())
+                if self.current > self.peak:
+                    self.sweep()
+            return result
+
+        torch.UntypedStorage.resize_ = resized
+        self.__enter__()
+
+    def stop(self) -> None:
+        """The peak is final: the tracker leaves every operator alone from now on."""
+        if self.resize is None:
+            return
+        self.__exit__(None, None, None)
+        torch.UntypedStorage.resize_ = self.resize
+        self.resize = None
+        self.sweep()
+        self.live.clear()
+
+
 class Device:
     """Target adapter: host CPU. Processes talk over gloo; nothing to synchronise."""
 
@@ -137,6 +213,9 @@ class Device:
     def __init__(self, local_rank: int) -> None:
         self.device = torch.device("cpu")
         self.local_rank = local_rank
+        # peak_memory_bytes: from here to the measured window
+        self.tensors = StoragePeak()
+        self.tensors.start()
 
     def autocast(self, dtype):
         if dtype is None:
@@ -191,6 +270,10 @@ class Device:
     def ddp_options(self) -> dict:
         return {}
 
+    def watch_host_syncs(self, on: bool):
+        """The CPU has no device to wait for: nothing to watch (None)."""
+        return None
+
     def mark_step(self) -> None:
         """Nothing to flush: the CPU runs eagerly."""
 
@@ -213,12 +296,15 @@ class Device:
         return None
 
     def reset_peak_memory(self) -> None:
-        """On the CPU the peak is the process's peak resident set: no reset."""
+        """The measured window starts: the tensors' peak stops here (StoragePeak), covering
+        the build and the warmup, not the measured steps it would slow."""
+        self.tensors.stop()
 
     def peak_memory_bytes(self) -> int:
-        import resource  # POSIX only, as is this adapter's measure
-
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+        """The peak of live tensor storage from the build to the measured window (StoragePeak);
+        the process's resident set, interpreter and allocator included, is peak_rss_bytes."""
+        self.tensors.stop()
+        return self.tensors.peak
 
     def device_name(self) -> str:
         with contextlib.suppress(OSError):
@@ -299,9 +385,9 @@ def prepare_training(device, world: int, metrics: dict):
         total = torch.zeros((), device=device.device)
         for micro in range(accumulation):
             last = micro == accumulation - 1
-            # Reduce gradients across ranks only on the last micro batch of the step.
-            if sharded:
-                model.set_requires_gradient_sync(last)
+            # DDP reduces gradients on the last micro batch only (no_sync before it). FSDP2
+            # reduce-scatters every micro batch, as torchtitan does: skipping it would keep
+            # each device's unsharded gradients, 4 B x every parameter, which sharding avoids.
             quiet = world > 1 and not last and not sharded
             sync = model.no_sync() if quiet else contextlib.nullcontext()
             with sync, device.attention(run["attention"]):

@@ -72,7 +72,9 @@ launch() {
   exit "$status"
 }
 
-export PT_HPU_LAZY_MODE="${PT_HPU_LAZY_MODE:-1}"
+# No Habana environment variable is set here: bench.py sets every one from its plan (the
+# execution mode, PT_HPU_LAZY_MODE, before torch loads the Habana bridge) on every rank, and
+# refuses to run with one already set to another value (docs/programs.md, Gaudi).
 
 # Several Gaudi nodes: DeepSpeed's launcher, started on the first node only, reaches every
 # node of the hostfile (over ssh, with pdsh, unless DEEPSPEED_LAUNCHER names another of its

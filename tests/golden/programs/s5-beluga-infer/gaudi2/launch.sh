@@ -71,7 +71,9 @@ launch() {
   exit "$status"
 }
 
-export PT_HPU_LAZY_MODE="${PT_HPU_LAZY_MODE:-1}"
+# No Habana environment variable is set here: bench.py sets every one from its plan (the
+# execution mode, PT_HPU_LAZY_MODE, before torch loads the Habana bridge) on every rank, and
+# refuses to run with one already set to another value (docs/programs.md, Gaudi).
 
 # As optimum-habana's gaudi_spawn: one rank per card, each bound to its share of the
 # physical cores of its socket (hyperthreads not counted): PE = cores per socket / cards

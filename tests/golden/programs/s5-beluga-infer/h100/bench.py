@@ -111,13 +111,14 @@ PLAN = {
         "input_tokens": 128,
         "output_tokens": 2048,
         "kv_cache": "static",
+        "decode_bucket": 128,
         "resolution": None,
         "denoising_steps": None,
         "guidance": None,
     },
     "flops_per_sample": 305060454072320.0,
     "decode": {
-        "bytes_per_device": 49555853262848.0,
+        "bytes_per_device": 49168754655232.0,
         "hbm_bytes_per_s": 3350000000000.0,
     },
 }
@@ -158,13 +159,13 @@ class Device:
 
     def attention(self, kernel: str):
         """The attention kernels the plan's tier chose for the spec's `attention` (PLAN's
-        optimize knobs), as PyTorch SDPA backends in order of priority. "sdpa": PyTorch
-        picks; "xformers" is set up in prepare()."""
-        chosen = PLAN["optimize"]["knobs"]["attention"]
-        if chosen not in SDPA_BACKENDS:
+        optimize knobs, e.g. "cudnn>flash>efficient"), as PyTorch SDPA backends in order of
+        priority, the others off. "sdpa default" (plain): PyTorch picks, as shipped;
+        "xformers" is set up in prepare()."""
+        names = PLAN["optimize"]["knobs"]["attention"].split(">")
+        if not all(name in SDPA_BACKENDS for name in names):
             return contextlib.nullcontext()
-        backends = [SDPA_BACKENDS[name] for name in chosen.split(">")]
-        return sdpa_kernel(backends, set_priority=True)
+        return sdpa_kernel([SDPA_BACKENDS[name] for name in names], set_priority=True)
 
     def numerics(self) -> dict:
         """Set, not left to chance: no TF32 (every target computes fp32 as fp32), and cuDNN's
@@ -202,9 +203,10 @@ class Device:
         return model
 
     def decode_compile_options(self, run: dict):
-        """benchc's decode loop: its decode step compiled whole by torch.compile, under CUDA
-        graphs (mode reduce-overhead) with graphs, without them for compile alone, eager
-        (None) for neither: the rule transformers applies to generate's step."""
+        """benchc's decode loop: its decode step compiled whole by torch.compile (the decode
+        bucket's length symbolic after the first), under CUDA graphs (mode reduce-overhead,
+        one graph per bucket) with graphs, without them for compile alone, eager (None) for
+        neither: the rule transformers applies to generate's step."""
         compiled = PLAN["optimize"]["knobs"]["compile"] != "off"
         if not (run["graphs"] or compiled):
             return None
@@ -223,6 +225,17 @@ class Device:
         mode = "reduce-overhead" if run["graphs"] else "default"
         config = CompileConfig(mode=mode)
         return {**options, "disable_compile": False, "compile_config": config}
+
+    def watch_host_syncs(self, on: bool):
+        """BENCHC_SYNC_DEBUG=warn|error (benchmarks/gpu_check.sh sets error): torch's CUDA
+        sync debug mode over a window that claims no host synchronisation, so a measured step
+        that waits for the GPU warns, or fails the run naming the operation. Off outside the
+        windows. Returns the mode applied (for the metrics), or None."""
+        mode = os.environ.get("BENCHC_SYNC_DEBUG", "")
+        if mode not in ("warn", "error"):
+            return None
+        torch.cuda.set_sync_debug_mode(mode if on else "default")
+        return mode
 
     def mark_step(self) -> None:
         """CUDA runs eagerly: nothing to flush."""
