@@ -100,7 +100,7 @@ def test_compile_only_writes_the_folder_whole(tmp_path):
     written = json.loads((tmp_path / "h100-1x8" / "calibration-plan.json").read_text())
     assert written["launcher"] == "torchrun" and written["world_size"] == 8 and "fp8" in written["precisions"]
     assert {p.name for p in (tmp_path / "cpu-1x2").iterdir()} == {
-        "bench.py", "launch.sh", "job.sbatch", "calibration-plan.json"}  # fmt: skip
+        "bench.py", "launch.sh", "job.sbatch", "calibration-plan.json", ".benchc.lock"}  # fmt: skip
 
 
 # ---------------------------------------------------------------- the generated program

@@ -35,7 +35,8 @@ def test_compile_s1_writes_two_points_for_three_targets_identically(tmp_path):
         f"sd3_mmdit_train/{t}/{p}/{f}"
         for t in ("gaudi2", "h100", "a100")
         for p in ("batch-16", "batch-32")
-        for f in ("bench.py", "job.sbatch", "launch.sh", "manifest.json")  # 2 nodes: a Slurm job too
+        # 2 nodes: a Slurm job too; .benchc.lock, empty: what a running program holds (folder_writer.py)
+        for f in ("bench.py", "job.sbatch", "launch.sh", "manifest.json", ".benchc.lock")
     }
     assert set(files) == expected
     assert files == tree_bytes(second)  # byte-identical

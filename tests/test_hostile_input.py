@@ -253,6 +253,6 @@ def test_a_compile_that_fails_on_one_point_writes_none(tmp_path):
     proc = benchc(
         "compile", "specs/sd3.bench", "-t", "cpu", "--smoke", "--set", "train.seed=9", "-o", str(out)
     )
-    refused(proc, "cannot write the build folder")
+    refused(proc, "batch-32-smoke is a file, not a folder benchc writes")
     after = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
     assert after == before  # batch-16 kept its old files: all points or none

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from benchc.codegen.build import compile_plans
+from benchc.codegen.folder_writer import LOCK
 from benchc.codegen.points import MANIFEST, manifest_of
 from benchc.manifest import (
     NOT_A_MANIFEST,
@@ -71,7 +72,7 @@ def typed(manifest: Manifest) -> dict:
 
 
 def _point_files(path: Path) -> list[str]:
-    return sorted(p.name for p in path.iterdir() if p.is_file() and p.name != MANIFEST)
+    return sorted(p.name for p in path.iterdir() if p.is_file() and p.name not in (MANIFEST, LOCK))
 
 
 def test_the_record_holds_the_plan_fields_the_commands_read(built):

@@ -43,8 +43,8 @@ def test_a_users_file_where_the_new_build_writes_its_own_is_refused_and_nothing_
     before = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
     refused = compile_s1(tmp_path, "--target", "cpu", *ONE_CPU, "--sbatch", "--set", "train.steps=70")
     assert refused.code == 2
-    assert f"cannot write the build folder {point}: job.sbatch was not written by benchc" in refused.err
-    assert "move it away and compile again" in refused.err and "nothing was changed" in refused.err
+    assert f"{point / 'job.sbatch'} was not written by benchc, and the new build writes a file" in refused.err
+    assert "move it away and run the command again" in refused.err and "nothing was changed" in refused.err
     assert {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()} == before  # batch-32 too
     assert sorted(p.name for p in folder.iterdir()) == ["batch-16", "batch-32"]
 

@@ -9,11 +9,8 @@ into place (replacing an earlier calibration folder of the same target and layou
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import jinja2
@@ -22,6 +19,7 @@ from .. import __version__
 from ..diagnostics import error
 from ..plan.calibration import CalibrationPlan
 from .environment import environment
+from .folder_writer import FolderFiles, write_folders
 from .launchers import JOB, LAUNCHER, STOP_GRACE_S, launcher_template, safe_name, trials_time
 
 PROGRAM = "bench.py"
@@ -152,7 +150,9 @@ def checked_out_folder(out: Path) -> Path:
 
 
 def write_calibration(plan: CalibrationPlan, out: Path) -> Path:
-    """Write the plan's build folder OUT/<target>-<nodes>x<devices>[-smoke]/ whole; its path."""
+    """Write the plan's build folder OUT/<target>-<nodes>x<devices>[-smoke]/ through the one
+    folder writer: its four files, nothing else touched (runs/, Slurm logs, a user's notes are
+    kept); refused while a calibration runs there. Its path."""
     files = render_files(plan)
     checked_out_folder(out)
     try:
@@ -160,19 +160,5 @@ def write_calibration(plan: CalibrationPlan, out: Path) -> Path:
     except OSError as exc:
         raise error(f"-o {out}: cannot create it: {exc.strerror or exc}", None) from None
     folder = out / plan.name
-    staging = Path(tempfile.mkdtemp(dir=out, prefix=f".{plan.name}."))
-    try:
-        for name, text in files.items():
-            (staging / name).write_text(text, encoding="utf-8")
-        os.chmod(staging, 0o755)
-        for name in (PROGRAM, LAUNCHER, JOB):
-            os.chmod(staging / name, 0o755)
-        if folder.exists():  # an earlier calibration of this layout: its runs/ are kept
-            with contextlib.suppress(FileNotFoundError):
-                (folder / "runs").rename(staging / "runs")
-            shutil.rmtree(folder)
-        staging.rename(folder)
-    except OSError as exc:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise error(f"cannot write '{folder}': {exc.strerror or exc}", None) from None
+    write_folders([FolderFiles(folder, files, frozenset({PROGRAM, LAUNCHER, JOB}))])
     return folder

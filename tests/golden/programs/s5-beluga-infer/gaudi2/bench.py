@@ -13,6 +13,7 @@ per-step times after warmup, throughput, peak memory, MFU, versions, or the erro
 import argparse
 import contextlib
 import faulthandler
+import fcntl
 import gc
 import importlib.metadata
 import importlib.util
@@ -354,6 +355,28 @@ class Device:
 # ==== benchc: end of device-neutral core ====
 
 
+# ==== benchc: the folder held while the program runs ====
+FOLDER_LOCK = []  # the open lock file of this program's folder, held while it runs
+
+
+def hold_folder() -> None:
+    """Hold this program's folder while it runs: a shared lock on its .benchc.lock, which
+    benchc compile and calibrate take exclusively before they rewrite the folder, so they
+    refuse to while this runs. The kernel releases it when the process ends, however it ends.
+    A folder that cannot hold one (read-only, a file system without flock) runs unguarded."""
+    folder = os.path.dirname(os.path.abspath(__file__))
+    try:
+        handle = open(os.path.join(folder, ".benchc.lock"), "a")
+    except OSError:
+        return
+    try:
+        fcntl.flock(handle, fcntl.LOCK_SH)
+    except OSError:
+        handle.close()
+        return
+    FOLDER_LOCK.append(handle)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--metrics", default="metrics.json", help="metrics JSON path")
@@ -363,6 +386,7 @@ def main(argv=None) -> int:
         help="profile a few more steps after the measured ones (as measure.profile)",
     )
     args = parser.parse_args(argv)
+    hold_folder()
     started = time.perf_counter()
     metrics = {
         "schema": "benchc-metrics",
