@@ -16,13 +16,17 @@ from collections.abc import Sequence
 
 from . import __version__
 from .commands.flags import whole_number
-from .console import ReaderMayLeave, emit, silence
-from .diagnostics import BenchError, format_diagnostics
+from .console import ReaderMayLeave, TerminalText, emit, raw, silence
+from .diagnostics import BenchError, error, format_diagnostics
 from .runner.interrupts import Terminated, raise_terminated
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USER = 0, 1, 2
+EXIT_COULD_NOT_ASK = 3  # the results store or Slurm could not be asked; nothing was changed
 # Commands that run and record work: a reader that leaves (`| head`) must not stop them halfway.
 LONG_WORK = {"run", "submit", "status", "cancel", "ingest", "calibrate"}
+# commands whose stdout is data (a formatted spec or its diff, exported runs), written as is;
+# everything else passes through the terminal writer (console.TerminalText)
+DATA_ON_STDOUT = {"fmt", "export"}
 GROUPS = ("build", "results", "cluster", "format", "estimate", "calibrate")  # compiler/commands/<group>.py
 # Which group holds each command, so that a command builds only its own group's options and
 # imports only its modules (tests/test_cli.py checks this against each group's COMMANDS).
@@ -103,6 +107,15 @@ def _command(name: str):
     return getattr(_group(COMMAND_GROUPS[name]), name)
 
 
+def _locked_store(exc: Exception) -> bool:
+    """The results store locked by another process past benchc's wait (results/store.py)."""
+    store = sys.modules.get(f"{__package__}.results.store")
+    if store is not None and isinstance(exc, store.StoreLocked):
+        return True
+    sqlite3 = sys.modules.get("sqlite3")
+    return sqlite3 is not None and isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc)
+
+
 def _damaged_store(exc: Exception) -> bool:
     """A results store damaged while benchc used it (sqlite3 is imported only by commands that
     open the store, so without it no such error can have happened)."""
@@ -116,12 +129,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     color = args.color == "always" or (
         args.color == "auto" and sys.stderr.isatty() and "NO_COLOR" not in os.environ
     )
+    args.colour = color  # for a command that prints diagnostics and goes on (check)
+    streams = sys.stdout, sys.stderr
     if args.command in LONG_WORK:
         sys.stdout = ReaderMayLeave(sys.stdout)
+    if args.command not in DATA_ON_STDOUT:
+        sys.stdout = TerminalText(sys.stdout)
+    sys.stderr = TerminalText(sys.stderr)
     try:
+        return _run(args, color)
+    finally:
+        sys.stdout, sys.stderr = streams
+
+
+def _empty_paths(args: argparse.Namespace) -> None:
+    """An empty --db, -o or --output names nothing: refused, never read as the default store,
+    the current folder or standard output."""
+    for flag, attribute, what in (("--db", "db", "a file name"), ("-o/--out", "out", "a folder name"),
+                                  ("-o/--output", "output", "a file name")):  # fmt: skip
+        value = getattr(args, attribute, None)
+        if isinstance(value, str) and not value.strip():
+            raise error(f"{flag} needs {what}, got ''", None, hint="give it one, or leave the flag out")
+
+
+def _run(args: argparse.Namespace, color: bool) -> int:
+    try:
+        _empty_paths(args)
         return _command(args.command)(args)
-    except BenchError as exc:
-        emit(sys.stderr, format_diagnostics(exc.diagnostics, color=color))
+    except BenchError as exc:  # each part already escaped; the colours are benchc's own
+        emit(raw(sys.stderr), format_diagnostics(exc.diagnostics, color=color))
         return EXIT_USER  # also when the reader of stderr has left
     except KeyboardInterrupt:
         emit(sys.stderr, "benchc: interrupted")
@@ -133,6 +169,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         silence(sys.stdout)  # `benchc plan ... | head`: the reader left; not an error
         return EXIT_OK
     except Exception as exc:
+        if _locked_store(exc):
+            emit(sys.stderr, f"benchc: error: {exc}; nothing was written to it\n"
+                 "  hint: another benchc (or sqlite3) is writing it: run the command again once it "
+                 "is done")  # fmt: skip
+            return EXIT_COULD_NOT_ASK
         if not _damaged_store(exc):
             raise
         emit(sys.stderr, f"benchc: error: the results store failed: {exc}\n"
@@ -145,11 +186,14 @@ def entry() -> None:
     First every object is frozen out of the garbage collector (gc.freeze): the interpreter's
     last collection would otherwise walk all that the command made, only for the process to
     end (about 20 ms of a 180 ms `benchc compile`). By then every file, store and process of
-    the command is closed; nothing waits on a collection. SIGQUIT (Ctrl-\\) ends benchc as
-    SIGTERM does, without a core dump (`run` records it like SIGTERM)."""
+    the command is closed; nothing waits on a collection. SIGTERM, SIGHUP and SIGQUIT
+    (Ctrl-\\, without a core dump) end any command as an exception does: what it was writing
+    is removed (a report's or a build's temporary files), a store transaction rolled back, and
+    it exits 128 + the signal (`run` records them)."""
     import signal
 
-    signal.signal(signal.SIGQUIT, raise_terminated)
+    for ending in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):  # every command ends cleanly
+        signal.signal(ending, raise_terminated)
     code = main()
     gc.freeze()
     sys.exit(code)

@@ -1,8 +1,12 @@
-"""Printing for the command line: output whose reader may leave early (`benchc check | head`)."""
+"""Printing for the command line: the one terminal writer (every string from a file, the
+store, a host or an error escaped before a terminal sees it), and output whose reader may
+leave early (`benchc check | head`)."""
 
 from __future__ import annotations
 
 import os
+
+from .diagnostics import printable
 
 
 def emit(stream, text: str) -> None:
@@ -47,3 +51,29 @@ class ReaderMayLeave:
 
     def __getattr__(self, name: str):
         return getattr(self._stream, name)
+
+
+class TerminalText:
+    """The one terminal writer: every write has its control characters shown as escapes
+    (diagnostics.printable: newlines and tabs kept), so a host name, a device name, an error or
+    any stored text cannot move the cursor, clear the screen or retitle the terminal, whichever
+    command prints it. benchc's own styling (the diagnostics' colours, rich's progress bar)
+    writes to `.raw`, past it, after escaping what it shows itself."""
+
+    def __init__(self, stream) -> None:
+        self.raw = stream
+
+    def write(self, text: str) -> int:
+        self.raw.write(printable(text))
+        return len(text)
+
+    def flush(self) -> None:
+        self.raw.flush()
+
+    def __getattr__(self, name: str):
+        return getattr(self.raw, name)
+
+
+def raw(stream):
+    """The stream under the terminal writer (itself where there is none)."""
+    return getattr(stream, "raw", stream) if isinstance(stream, TerminalText) else stream

@@ -41,3 +41,16 @@ def normal_unit(unit: str) -> str:
     for pattern, replacement in _SYNONYMS:
         text = re.sub(pattern, replacement, text)
     return text.strip()
+
+
+def finite_json(value):
+    """`value` with every float that is not finite (an infinity from a figure divided by a
+    denormal one, a NaN) as None, so that the JSON benchc writes is JSON: strict parsers
+    refuse Infinity and NaN."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: finite_json(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite_json(item) for item in value]
+    return value

@@ -1,5 +1,7 @@
-"""Read a file a user names (a spec, a metrics file or manifest, a prices file) within a size
-limit, refusing what is not a regular file, with located errors in the caller's words.
+"""The files and folders a user names, taken only as what they claim to be: read a file (a
+spec, a metrics file or manifest, a prices file) within a size limit, refusing what is not a
+regular file, with located errors in the caller's words; and refuse a build point's runs/
+that is a link, before a run writes through it.
 
 One job: the bytes, or a BenchError. Decoding and parsing are the caller's. A directory, a
 FIFO, a socket or a device is refused before it is opened (a FIFO could block forever, a
@@ -60,3 +62,13 @@ def read_bounded(
     if len(raw) > limit:  # it grew while we looked
         raise error(f"{prefix}'{name}' is larger than {size_text}", where)
     return raw
+
+
+def refuse_linked_runs(point: Path) -> None:
+    """A build point's runs/ that is a symbolic link (or not a folder) is refused: a run's log
+    and metrics are written inside the build point the user named, never through a link."""
+    runs = point / "runs"
+    if runs.is_symlink() or (runs.exists() and not runs.is_dir()):
+        what = "a symbolic link" if runs.is_symlink() else "not a folder"
+        raise error(f"{runs} is {what}: benchc writes a run's files only inside its build point", None,
+                    hint="remove it (or move it away) and run again; nothing was run")  # fmt: skip

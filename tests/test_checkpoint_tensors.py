@@ -217,6 +217,16 @@ HOSTILE = {  # the file's bytes, and what the message must say
         _safetensors(_entry(data_offsets=[0, 16]), data=DATA),
         "bytes 0 to 16, outside the 8 data bytes",
     ),
+    # issue 34: offsets that hold no data, or less or more than the shape takes
+    "offsets [0, 0]": (
+        _safetensors(_entry(data_offsets=[0, 0]), data=DATA),
+        "holds 0 bytes of data, where its shape [2] in F32 takes 8",
+    ),
+    "offsets short": (_safetensors(_entry(data_offsets=[0, 4]), data=DATA), "holds 4 bytes of data"),
+    "a bf16 shape over f32 bytes": (
+        _safetensors(_entry(dtype="BF16"), data=DATA),
+        "its shape [2] in BF16 takes 4",
+    ),
 }
 
 

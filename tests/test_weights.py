@@ -141,6 +141,15 @@ MISTAKES = {  # what the folder is -> words the error must hold
     "shard-missing": ("lacks model-0000", "which model.safetensors.index.json names"),
     "tensors-unlike-config": ("do not match the model its config.json describes", "mlp.up_proj.weight"),
     "tied": ("tie_word_embeddings",),
+    # sizes bounded as the spec's before any arithmetic (issue 34, M1): refused at once
+    "huge-layers": (
+        "num_hidden_layers = 20,000,000 is more than benchc plans for",
+        "model.llama.layers is at most",
+    ),
+    "huge-vocab": (
+        "vocab_size = 2,000,000,000 is more than benchc plans for",
+        "model.llama.vocab is at most",
+    ),
 }
 
 
@@ -185,6 +194,16 @@ def _make(kind: str, folders: Path, at: Path) -> str:
         config["intermediate_size"] = 128
         (at / "edited" / "config.json").write_text(json.dumps(config))
         return "edited"
+    if kind.startswith("huge-"):
+        shutil.copytree(folders / "llama", at / kind)
+        config = json.loads((at / kind / "config.json").read_text())
+        key, value = {
+            "huge-layers": ("num_hidden_layers", 20_000_000),
+            "huge-vocab": ("vocab_size", 2 * 10**9),
+        }[kind]
+        config[key] = value
+        (at / kind / "config.json").write_text(json.dumps(config))
+        return kind
     assert kind == "tied"
     llama_checkpoint(at / "tied", tie_word_embeddings=True)
     return "tied"

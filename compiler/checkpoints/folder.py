@@ -20,6 +20,8 @@ import json
 import os
 import stat
 from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
 from pathlib import Path
 
 from ..diagnostics import BenchError
@@ -141,12 +143,31 @@ def _config(file: Path, folder: str, what: str = "config.json") -> dict:
     return config
 
 
-def _integer(config: dict, key: str, file: str):
+@lru_cache(maxsize=1)
+def _spec_bounds() -> dict[str, dict[str, int]]:
+    """model kind -> setting -> the largest value a spec may give it (bench.schema.json)."""
+    text = resources.files("benchc.validate").joinpath("bench.schema.json").read_text("utf-8")
+    kinds = json.loads(text)["$defs"]["model"]["properties"]
+    bounds = {}
+    for kind, spec in kinds.items():
+        rules = spec.get("properties", {})
+        bounds[kind] = {name: rule["maximum"] for name, rule in rules.items() if "maximum" in rule}
+    return bounds
+
+
+def _integer(config: dict, key: str, file: str, kind: str | None = None, name: str | None = None):
+    """A config's size, bounded as the spec bounds the setting it stands for (model.KIND.NAME),
+    before any arithmetic is done with it: a config saying 20,000,000 layers is refused here,
+    not planned for minutes."""
     value = config.get(key)
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 2**31:
         raise CheckpointError(f"{file}: {key} = {json.dumps(value)[:40]} is not a positive whole number")
+    bound = _spec_bounds().get(kind or "", {}).get(name or "")
+    if bound is not None and value > bound:
+        raise CheckpointError(f"{file}: {key} = {value:,} is more than benchc plans for: model.{kind}.{name} "
+                              f"is at most {bound:,} in a spec")  # fmt: skip
     return value
 
 
@@ -165,7 +186,7 @@ def _read_llama(folder: Path, path: str, config: dict) -> Checkpoint:
             f"{file} sets {', '.join(unsupported)}: benchc models Llama without biases "
             "and with its own output matrix (parameters, FLOPs and memory would be wrong)"
         )
-    shape = {name: _integer(config, key, file) for name, key in LLAMA_SHAPE.items()}
+    shape = {name: _integer(config, key, file, "llama", name) for name, key in LLAMA_SHAPE.items()}
     for name in ("hidden", "layers", "heads", "intermediate", "vocab"):
         if shape[name] is None:
             raise CheckpointError(f"{file} has no {LLAMA_SHAPE[name]}", hint=SAVE_HINT)
@@ -194,7 +215,8 @@ def _read_mmdit(folder: Path, path: str, config: dict, where: str | None = None)
         )
     if config.get("out_channels") not in (None, config.get("in_channels", 16)):
         raise CheckpointError(f"{file}: out_channels differs from in_channels, which benchc does not model")
-    shape = {key: _integer(config, source, file) for key, source in MMDIT_SHAPE.items() if key != "qk_norm"}
+    shape = {key: _integer(config, source, file, "mmdit", key) for key, source in MMDIT_SHAPE.items()
+             if key != "qk_norm"}  # fmt: skip
     defaults = {
         "depth": 18,
         "heads": 18,

@@ -20,6 +20,7 @@ build and save (tests/test_checkpoint_tensors.py holds them to transformers and 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import stat
@@ -95,6 +96,11 @@ def read_safetensors_header(path: Path, limit: int = HEADER_LIMIT) -> dict[str, 
     return tensors
 
 
+# bytes per element of safetensors' dtypes (its Dtype enum); another name is taken on trust
+DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "I16": 2, "U16": 2, "F16": 2,
+               "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}  # fmt: skip
+
+
 def _entry(path: Path, name: str, entry: object, data_size: int) -> tuple[str, Shape]:
     """One header entry checked: (dtype, shape), or HeaderError naming the tensor and the fault."""
 
@@ -116,6 +122,14 @@ def _entry(path: Path, name: str, entry: object, data_size: int) -> tuple[str, S
             f"places its data at bytes {begin:,} to {end:,}, outside the {data_size:,} data bytes "
             "the file holds; the file is truncated or damaged"
         )
+    width = DTYPE_BYTES.get(dtype)
+    if width is not None:
+        elements = math.prod(shape)
+        if end - begin != elements * width:
+            raise bad(
+                f"holds {end - begin:,} bytes of data, where its shape {list(shape)} in {dtype} takes "
+                f"{elements * width:,}; the file is damaged or was not written by safetensors"
+            )
     return dtype, tuple(shape)
 
 

@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..diagnostics import BenchError, format_diagnostics
+from ..figures import finite_json
 
 EXIT_OK, EXIT_USER = 0, 2
 COMMANDS = ("check", "plan", "compile", "targets")
@@ -59,7 +60,10 @@ def plan_args(args, spec=None):
 
 
 def check(args) -> int:
-    from ..console import emit
+    from ..console import emit, raw
+
+    def diagnose(diagnostics) -> None:  # each part escaped by format_diagnostics; colours ours
+        emit(raw(sys.stderr), format_diagnostics(diagnostics, color=args.colour))
 
     failed = False
     calibrations = stored_calibrations(args.db)
@@ -68,14 +72,14 @@ def check(args) -> int:
             result = plan_args(args, spec)
         except BenchError as exc:
             failed = True  # before printing: a reader that leaves early changes no status
-            emit(sys.stderr, format_diagnostics(exc.diagnostics))
+            diagnose(exc.diagnostics)
             continue
         if result.warnings and args.strict:
             failed = True
-            emit(sys.stderr, format_diagnostics([replace(w, severity="error") for w in result.warnings]))
+            diagnose([replace(w, severity="error") for w in result.warnings])
             continue
         if result.warnings:
-            emit(sys.stderr, format_diagnostics(result.warnings))
+            diagnose(result.warnings)
         for target in result.targets:
             if target in calibrations:
                 emit(sys.stderr, f"note: {target}: {_measured_note(calibrations[target])}")
@@ -123,7 +127,7 @@ def plan(args) -> int:
             "experiment": result.document.experiment,
             "plans": [p.to_dict() for p in result.plans],
         }
-        print(json.dumps(payload, indent=2, sort_keys=True))
+        print(json.dumps(finite_json(payload), indent=2, sort_keys=True, allow_nan=False))
     else:
         print("\n\n".join(summarize(p) for p in result.plans))
     return EXIT_OK
@@ -199,7 +203,10 @@ def targets(args) -> int:
         facts = {name: {**asdict(t), "generated_precisions": generated(t),
                         "calibration": asdict(calibrations[name]) if name in calibrations else None}
                  for name, t in TARGETS.items()}  # fmt: skip
-        print(json.dumps(facts, indent=2, sort_keys=True))
+        unknown = {name: asdict(c) for name, c in calibrations.items() if name not in TARGETS}
+        if unknown:  # kept, apart: no datasheet to stand beside
+            facts["calibrations_of_unknown_targets"] = unknown
+        print(json.dumps(finite_json(facts), indent=2, sort_keys=True, allow_nan=False))
         return EXIT_OK
 
     def figure(value, unit=""):
@@ -239,7 +246,13 @@ def _print_measured(targets: dict, calibrations: dict) -> None:
 
     print("\nMeasured by benchc calibrate, per device:")
     for name, c in calibrations.items():
-        t = targets[name]
+        t = targets.get(name)
+        if t is None:  # a calibration of a target this benchc does not know: kept, shown as such
+            print(f"  {name} (not a target this benchc knows; no datasheet): bf16 "
+                  f"{sig(c.matmul_tflops['bf16']) if 'bf16' in c.matmul_tflops else '-'} TFLOP/s, "
+                  f"fp32 {sig(c.matmul_tflops['fp32']) if 'fp32' in c.matmul_tflops else '-'} TFLOP/s; "
+                  f"{c.provenance()}")  # fmt: skip
+            continue
         memory = c.memory_tb_s
         if memory is not None and memory < 1 and t.hbm_tb_s is None:  # a CPU's: GB/s reads better
             memory_text = f"{sig(memory * 1e3)} GB/s (datasheet -)"

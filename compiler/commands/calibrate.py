@@ -51,6 +51,8 @@ def add_parsers(commands, variant_options) -> None:
     calibrate_.add_argument("--time", metavar="T", help="with --submit: job time limit, e.g. 30 or 02:00:00")
     calibrate_.add_argument("--ingest", nargs="+", default=None, metavar="CALIBRATION.json",
                             help="store calibration files written elsewhere (a Slurm job's)")  # fmt: skip
+    calibrate_.add_argument("--list", action="store_true",
+                            help="list every calibration stored, failed and implausible too")  # fmt: skip
     calibrate_.add_argument("--db", metavar="PATH", help="results store (default: .benchc/results.db)")
 
 
@@ -59,6 +61,8 @@ def calibrate(args) -> int:
     from ..plan.calibration import calibration_plan
     from ..validate.capabilities import NOT_GENERATED_PRECISIONS
 
+    if args.list:
+        return _list(args)
     if args.ingest is not None:
         return _ingest(args)
     if args.db is not None and not args.db.strip():
@@ -194,7 +198,7 @@ def summary(calibration) -> str:
 
 def _ingest(args) -> int:
     from ..diagnostics import BenchError, Diagnostic
-    from ..results.calibrations import store_calibration_file
+    from ..results.calibrations import implausible, store_calibration_file
     from ..results.store import Store
     from ..runner.calibration import read_calibration
 
@@ -205,6 +209,9 @@ def _ingest(args) -> int:
         if data is None:
             problems.append(Diagnostic(f"'{name}': {problem or 'no such file'}", None,
                                        hint="`benchc calibrate` programs write them"))  # fmt: skip
+        elif reason := implausible(data):
+            again = "measure it again with `benchc calibrate`; nothing was stored"
+            problems.append(Diagnostic(f"'{name}': implausible: {reason}", None, hint=again))
         loaded.append((path, data))
     if problems:
         raise BenchError(problems)  # all or nothing
@@ -214,4 +221,29 @@ def _ingest(args) -> int:
             said = "already stored" if again else f"stored ({data['status']})"
             print(f"{path}: calibration of {data['target']} on {data['host']} {said}  "
                   f"[calibration {calibration_id}]")  # fmt: skip
+    return EXIT_OK
+
+
+def _list(args) -> int:
+    """Every calibration stored, oldest first: how each ended and why (a failed or implausible
+    one too); a store that is not there is not made."""
+    from ..results.calibrations import calibration_rows
+    from ..results.store import open_existing
+
+    store = open_existing(args.db)
+    rows = []
+    if store is not None:
+        with store:
+            rows = calibration_rows(store, args.target[0] if len(args.target) == 1 else None)
+    if not rows:
+        print("no calibrations stored")
+        return EXIT_OK
+    table = [("calibration", "ended", "target", "host", "sizes", "status", "cause")]
+    for row in rows:
+        when = (row["ended_at"] or row["started_at"] or "")[:19].replace("T", " ")
+        table.append((row["id"], when, row["target"], row["host"] or "-", "smoke" if row["smoke"] else "full",
+                      row["status"], (row["cause"] or "")[:100]))  # fmt: skip
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    for r in table:
+        print("  ".join(cell.ljust(width) for cell, width in zip(r, widths)).rstrip())
     return EXIT_OK

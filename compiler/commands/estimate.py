@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 
 from ..diagnostics import printable
+from ..figures import finite_json
 
 EXIT_OK = 0
 COMMANDS = ("estimate",)
@@ -123,12 +124,13 @@ def _decode_line(record: dict, target: str) -> str:
 def _calibration_json(plan, calibration) -> dict | None:
     """The calibration used, with the roofline against its ceilings (None: none stored)."""
     from ..plan.roofline import roofline
-    from ..report.ceilings import calibration_json, measured_ceilings
+    from ..report.ceilings import calibration_json, collectives_apply, measured_ceilings
 
     if calibration is None:
         return None
-    measured = roofline(plan, measured_ceilings(calibration))
-    return {**calibration_json(calibration), "roofline": measured.record()}
+    measured = roofline(plan, measured_ceilings(calibration, plan))
+    return {**calibration_json(calibration), "roofline": measured.record(),
+            "collectives_used": collectives_apply(calibration, plan)}  # fmt: skip
 
 
 def _record(plan, calibration=None) -> dict:
@@ -223,7 +225,12 @@ def _with_measured(lines: list[str], record: dict, measured) -> list[str]:
     figures = [f"{p} {_figure(v)} TFLOP/s" for p, v in sorted(calibration["matmul_tflops"].items())]
     if calibration["memory_tb_s"] is not None:
         figures.append(f"memory {_figure(calibration['memory_tb_s'])} TB/s")
-    figures += [f"{k} {_figure(v)} GB/s bus" for k, v in sorted(calibration["bus_gb_s"].items())]
+    if measured.collectives_apply:
+        figures += [f"{k} {_figure(v)} GB/s bus" for k, v in sorted(calibration["bus_gb_s"].items())]
+    elif calibration["bus_gb_s"]:
+        ran_on = measured.calibration.layout()
+        figures.append(f"its collectives ran on {ran_on} (nodes x processes), not this plan's layout: "
+                       "the links are the datasheet's")  # fmt: skip
     provenance = (f"  calibration measured ceilings ({source(measured.calibration)}): {', '.join(figures)}; "
                   "each roofline line gives the datasheet's figure, then the measured one")  # fmt: skip
     out, phase_index, bounds = [], -1, iter(())
@@ -327,10 +334,11 @@ class _Measured:
 
     def __init__(self, plan, calibration) -> None:
         from ..plan.roofline import roofline
-        from ..report.ceilings import measured_ceilings
+        from ..report.ceilings import collectives_apply, measured_ceilings
 
         self.calibration = calibration
-        self.line = roofline(plan, measured_ceilings(calibration))
+        self.line = roofline(plan, measured_ceilings(calibration, plan))
+        self.collectives_apply = collectives_apply(calibration, plan)
 
 
 def _calibrations(db) -> dict:
@@ -353,7 +361,7 @@ def estimate(args) -> int:
     records = [(_record(plan, calibrations.get(plan.target.name)), plan) for plan in result.plans]
     if args.json:
         payload = {"experiment": result.document.experiment, "estimates": [r for r, _ in records]}
-        print(json.dumps(payload, indent=2, sort_keys=True))
+        print(json.dumps(finite_json(payload), indent=2, sort_keys=True, allow_nan=False))
     else:
         texts = []
         for record, plan in records:

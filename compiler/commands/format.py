@@ -31,7 +31,7 @@ def add_parsers(commands, variant_options) -> None:
 
 
 def fmt(args) -> int:
-    from ..console import emit
+    from ..console import emit, raw
     from ..frontend.format import FormatError, format_source
     from ..frontend.source import display_name, read_source
 
@@ -60,7 +60,7 @@ def fmt(args) -> int:
                 emit(status, f"formatted {name}")
         except BenchError as exc:
             failed = True
-            emit(sys.stderr, format_diagnostics(exc.diagnostics))
+            emit(raw(sys.stderr), format_diagnostics(exc.diagnostics, color=args.colour))
         except FormatError as exc:
             broken = True
             emit(sys.stderr, f"benchc: internal error: {exc} (please report this)")

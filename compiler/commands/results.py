@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..diagnostics import choices_hint, error
+from ..figures import finite_json
 from ..results.statuses import STATUSES
 from . import flags
 
@@ -82,12 +83,15 @@ def _db_option(parser) -> None:
 
 
 def run(args) -> int:
+    from ..files import refuse_linked_runs
     from ..results.store import Store
     from ..runner.trials import refuse_clusters, run_points
     from .build import build_points
 
     points = build_points(args, "run")
     refuse_clusters(points)
+    for point in points:  # before the store is opened: nothing is made for a refused run
+        refuse_linked_runs(point.path)
     with Store(args.db) as store:
         program_args = ["--profile"] if args.profile else []
         return run_points(points, store, args.repeat, args.timeout, program_args)
@@ -154,7 +158,7 @@ def show(args) -> int:
         raise error(f"no run '{args.run_id}' in the results store", None, hint="`benchc runs` lists them")
     from ..results.export import with_tier
 
-    print(json.dumps(with_tier(record), indent=2, sort_keys=True))
+    print(json.dumps(finite_json(with_tier(record)), indent=2, sort_keys=True, allow_nan=False))
     return EXIT_OK
 
 

@@ -18,11 +18,21 @@ from ..results.calibrations import Calibration
 from .collect import Row, Section
 
 
-def measured_ceilings(calibration: Calibration) -> Ceilings:
-    """The calibration as the ceilings of a roofline (per device)."""
+def measured_ceilings(calibration: Calibration, plan=None) -> Ceilings:
+    """The calibration as the ceilings of a roofline (per device). Its collectives' bus
+    bandwidths count only for a plan of the layout they ran on (the calibration.same_layout
+    rule); another layout's links are bounded by the datasheet's figures."""
     peaks = {p: calibration.peak_flops(p) for p in calibration.matmul_tflops}
     known = {p: v for p, v in peaks.items() if v}
-    return Ceilings(known, calibration.memory_tb_s, dict(calibration.bus_gb_s))
+    bus = dict(calibration.bus_gb_s)
+    if plan is not None and not collectives_apply(calibration, plan):
+        bus = {}
+    return Ceilings(known, calibration.memory_tb_s, bus)
+
+
+def collectives_apply(calibration: Calibration, plan) -> bool:
+    dims = plan.dims
+    return calibration.same_layout(dims.nodes, dims.devices_per_node, plan.target.family)
 
 
 def calibration_json(calibration: Calibration | None) -> dict | None:
@@ -32,7 +42,8 @@ def calibration_json(calibration: Calibration | None) -> dict | None:
     return {
         "id": calibration.id, "target": calibration.target, "host": calibration.host,
         "date": calibration.date, "measured_at": calibration.measured_at, "smoke": calibration.smoke,
-        "world_size": calibration.world_size, "device_name": calibration.device_name,
+        "world_size": calibration.world_size, "nodes": calibration.nodes,
+        "device_name": calibration.device_name,
         "matmul_tflops": dict(calibration.matmul_tflops), "memory_tb_s": calibration.memory_tb_s,
         "host_to_device_gb_s": calibration.host_to_device_gb_s, "bus_gb_s": dict(calibration.bus_gb_s),
         "launch_us": calibration.launch_us, "provenance": calibration.provenance(),

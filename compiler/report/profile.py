@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 from ..figures import sig
+from ..results.metrics import profile_problem
 
 if TYPE_CHECKING:
     from .collect import Row, Section
@@ -43,6 +44,8 @@ def _seconds(value) -> float | None:
 def profile_of(raw) -> dict | None:
     """A stored profile, checked (None: none, or not one the report can read)."""
     if not isinstance(raw, dict) or not isinstance(raw.get("categories"), dict):
+        return None
+    if profile_problem(raw) is not None:  # categories past what the profiled time allows
         return None
     categories = {name: _seconds(raw["categories"].get(name, 0)) for name in CATEGORIES}
     if any(v is None for v in categories.values()) or not sum(categories.values()):

@@ -41,6 +41,37 @@ def calibration_problem(data) -> str | None:
     return None
 
 
+PLAUSIBLE_OVER_DATASHEET = 1.5  # a measured ceiling above 1.5x the datasheet's is no ceiling
+FLOOR = 1e-6  # below 1e-6 of its unit (TFLOP/s, TB/s, GB/s) a figure measured nothing real
+
+
+def implausible(data: dict) -> str | None:
+    """Why a calibration file's figures cannot be a machine's ceilings (None: they can be):
+    any figure not finite or below FLOOR (dividing by one gives an infinite bound), or above
+    1.5x the datasheet of a target benchc knows. Such a calibration is kept, shown as
+    implausible, and never used for a bound or an MFU."""
+    from ..catalog.targets import TARGETS
+
+    if data.get("status") != "ok":
+        return None
+    sheet = TARGETS.get(data.get("target"))
+    figures = [(f"{p} matmul", v, "TFLOP/s", sheet and sheet.peak_tflops.get(p))
+               for p, v in (data.get("matmul_tflops") or {}).items()]  # fmt: skip
+    figures.append(("copy bandwidth", data.get("memory_tb_s"), "TB/s", sheet and sheet.hbm_tb_s))
+    figures += [(f"{name} bus bandwidth", c.get("bus_gb_s"), "GB/s", None)
+                for name, c in (data.get("collectives") or {}).items() if isinstance(c, dict)]  # fmt: skip
+    for what, value, unit, datasheet in figures:
+        if value is None:
+            continue
+        if not isinstance(value, int | float) or not math.isfinite(value) or value < FLOOR:
+            return f"its {what} is {value!r} {unit}, not a measured figure"
+        if datasheet and value > PLAUSIBLE_OVER_DATASHEET * datasheet:
+            times = value / datasheet
+            return (f"its {what} is {value:g} {unit}, {times:.1f}x the {data['target']} datasheet's "
+                    f"{datasheet:g}: no chip measures above 1.5x its datasheet")  # fmt: skip
+    return None
+
+
 @frozen
 class Calibration:
     """One ended calibration: per device, the best of each measurement (None: not measured,
@@ -58,6 +89,17 @@ class Calibration:
     host_to_device_gb_s: float | None
     bus_gb_s: dict[str, float]  # all_reduce | all_gather | reduce_scatter -> bus bandwidth
     launch_us: float | None
+    nodes: int = 1  # the layout its collectives ran on: nodes x world_size / nodes processes
+
+    def same_layout(self, nodes: int, devices_per_node: int, family: str) -> bool:
+        """Whether its collectives ran on this layout (a bus bandwidth is the layout's, not the
+        chip's). On the cpu every process shares one host: the number of processes alone."""
+        if family == "cpu":
+            return self.world_size == nodes * devices_per_node
+        return (self.nodes, self.world_size) == (nodes, nodes * devices_per_node)
+
+    def layout(self) -> str:
+        return f"{self.nodes} x {self.world_size // max(self.nodes, 1)}"
 
     @property
     def date(self) -> str:
@@ -84,8 +126,8 @@ def _of(row: sqlite3.Row) -> Calibration | None:
         data = json.loads(row["data"] or "null")
     except ValueError:
         return None
-    if calibration_problem(data) or data["status"] != "ok":
-        return None
+    if calibration_problem(data) or data["status"] != "ok" or implausible(data):
+        return None  # implausible figures are kept in the store and never used
     finite = {k: float(v) for k, v in data["matmul_tflops"].items() if math.isfinite(v)}
     return Calibration(
         id=row["id"], target=row["target"], host=row["host"], smoke=bool(row["smoke"]),
@@ -93,7 +135,7 @@ def _of(row: sqlite3.Row) -> Calibration | None:
         device_name=data.get("device_name"), matmul_tflops=finite,
         memory_tb_s=data["memory_tb_s"], host_to_device_gb_s=data["host_to_device_gb_s"],
         bus_gb_s={name: float(c["bus_gb_s"]) for name, c in data["collectives"].items()},
-        launch_us=data["launch_us"],
+        launch_us=data["launch_us"], nodes=data.get("nodes") or 1,
     )  # fmt: skip
 
 
@@ -119,6 +161,8 @@ def finish_calibration(store: Store, calibration_id: str, status: str, cause: st
     is not stored, and the cause says why)."""
     if data is not None and (problem := calibration_problem(data)):
         data, cause, status = None, f"calibration.json {problem}", "failed" if status == "ok" else status
+    elif data is not None and (reason := implausible(data)):
+        cause, status = f"implausible: {reason} (kept, never used for a bound)", "failed"
     host = data.get("host") if data is not None else None  # a Slurm job's node, known now
     with store.batch() as db:
         db.execute(

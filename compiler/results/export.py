@@ -14,6 +14,7 @@ import io
 import json
 import re
 
+from ..figures import finite_json
 from .run_record import RunRecord
 
 CSV_COLUMNS = ("id", "experiment", "target", "point", "smoke", "trial", "status", "cause",
@@ -66,7 +67,12 @@ def csv_row(record: RunRecord) -> list:
 
 def export_text(records: list[RunRecord], format: str) -> str:
     if format == "json":
-        return json.dumps([with_tier(r) for r in records], indent=2, sort_keys=True) + "\n"
+        return (
+            json.dumps(
+                finite_json([with_tier(r) for r in records]), indent=2, sort_keys=True, allow_nan=False
+            )
+            + "\n"
+        )
     buffer = io.StringIO()
     writer = csv.writer(buffer)
     writer.writerow(CSV_COLUMNS)

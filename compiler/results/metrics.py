@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -28,10 +29,28 @@ def metrics_schema() -> dict:
     return json.loads(resources.files("benchc.schemas").joinpath("metrics.schema.json").read_text())
 
 
+TIMESTAMPS = jsonschema.FormatChecker(formats=())  # the schema's "date-time", checked for real
+
+
+@TIMESTAMPS.checks("date-time", raises=ValueError)
+def _timestamp(value) -> bool:
+    """An ISO 8601 time with its offset from UTC (as programs write them), not more than a day
+    ahead of this machine's clock: a run's times order the store ("the latest run"), so a
+    file that says "zzz" or the year 9999 would shadow every real run."""
+    if not isinstance(value, str):
+        return True  # the type is the schema's own check
+    when = datetime.fromisoformat(value)
+    if when.tzinfo is None:
+        raise ValueError(f"{value!r} has no offset from UTC")
+    if when > datetime.now(UTC) + timedelta(days=1):
+        raise ValueError(f"{value!r} is in the future")
+    return True
+
+
 @lru_cache(maxsize=1)
 def _validator() -> jsonschema.Draft202012Validator:
     """Built once: an ingest of 10,000 files validates 10,000 times."""
-    return jsonschema.Draft202012Validator(metrics_schema())
+    return jsonschema.Draft202012Validator(metrics_schema(), format_checker=TIMESTAMPS)
 
 
 def load_metrics(path: Path) -> dict:
@@ -63,6 +82,9 @@ def load_metrics(path: Path) -> dict:
             )
     # no excerpt of the file: its line would show the name as it is (a U+202E reorders the line)
     problems = [Diagnostic(f"'{name}': {message}", None, hint=hint) for message, hint in name_problems(data)]
+    if (why := profile_problem(data.get("profile"))) is not None:
+        problems.append(Diagnostic(f"'{name}': its profile {why}", None,
+                                   hint="a profile's categories share out the profiled time"))  # fmt: skip
     if problems:
         raise BenchError(problems)
     return data
@@ -105,3 +127,27 @@ def name_problems(metrics: dict) -> list[tuple[str, str]]:
 
 def validation_problems(data: dict) -> list[Diagnostic]:
     return [Diagnostic(e.message, None) for e in _validator().iter_errors(data)]
+
+
+# How far a profile's categories may add up past its wall time: one timeline on the CPU (a few
+# percent of rounding), several streams overlapping on an accelerator (compute, communication
+# and copies at once).
+PROFILE_OVERLAP = {"cpu": 1.05, "cuda": 4.0, "hpu": 4.0}
+
+
+def profile_problem(profile) -> str | None:
+    """Why a metrics file's profile cannot be the time of its steps (None: it can be, or there
+    is none): its categories add up past what its profiled time allows."""
+    if not isinstance(profile, dict) or not isinstance(profile.get("categories"), dict):
+        return None
+    wall, activity = profile.get("profiled_s"), profile.get("activity")
+    seconds = [
+        v for v in profile["categories"].values() if isinstance(v, int | float) and not isinstance(v, bool)
+    ]
+    if not isinstance(wall, int | float) or activity not in PROFILE_OVERLAP:
+        return None
+    total, most = sum(seconds), PROFILE_OVERLAP[activity] * wall + 1e-3
+    if total > most:
+        return (f"adds up to {total:.4g} s of device time in {wall:.4g} s profiled on {activity}: more than "
+                f"{PROFILE_OVERLAP[activity]:g}x its time, which no {activity} can spend")  # fmt: skip
+    return None

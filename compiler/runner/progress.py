@@ -13,6 +13,9 @@ import re
 import sys
 import time
 
+from ..console import raw
+from ..diagnostics import printable
+
 STEP_LINE = re.compile(r"step (\d+)/(\d+)(?: loss (\S+))? time ([0-9.]+)s(.*)")
 
 
@@ -25,20 +28,26 @@ class Progress:
         self.tty = sys.stdout.isatty() if tty is None else tty
         self._rich = None
         self._task = None
+        self._escape = str
 
     def __enter__(self) -> Progress:
         if self.tty:
             try:  # rich comes with the run extra; plain lines without it
+                from rich.console import Console
+                from rich.markup import escape
                 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
             except ImportError:
                 self.tty = False
         if self.tty:
+            # the bar's own codes go past the terminal writer; the label is escaped for it:
+            # control characters (printable) and rich's markup both
             self._rich = Progress(
                 TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[status]}"),
-                TimeElapsedColumn(), transient=False,
+                TimeElapsedColumn(), transient=False, console=Console(file=raw(sys.stdout)),
             )  # fmt: skip
             self._rich.start()
-            self._task = self._rich.add_task(self.label, total=None, status="starting")
+            self._escape = escape
+            self._task = self._rich.add_task(escape(printable(self.label)), total=None, status="starting")
         else:
             print(f"  {self.label}: starting", flush=True)
         return self
@@ -58,7 +67,8 @@ class Progress:
         phase = " warmup" if "warmup" in rest else ""
         status = f"step {step}/{total}{phase}  {rate}" + (f"  loss {loss}" if loss else "")
         if self._rich is not None:
-            self._rich.update(self._task, total=int(total), completed=int(step), status=status)
+            shown = self._escape(printable(status))
+            self._rich.update(self._task, total=int(total), completed=int(step), status=shown)
         else:
             elapsed = time.monotonic() - self.started
             print(f"  {self.label}: {status}  ({elapsed:.1f} s)", flush=True)
