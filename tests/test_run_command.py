@@ -239,7 +239,14 @@ def test_a_killed_runner_leaves_a_readable_store_and_an_unknown_run(tmp_path):
     program_pid = int((Path(Store(db).runs()[0].log_path).parent / "pid").read_text())
     runner.kill()  # SIGKILL: benchc gets no chance to record anything
     runner.wait(timeout=30)
-    os.kill(program_pid, signal.SIGKILL)  # it was in its own session; clean it up
+    # the launcher it started gets SIGTERM as benchc dies (PR_SET_PDEATHSIG), and so the program
+    ended = time.monotonic() + 10
+    while alive(program_pid) and time.monotonic() < ended:
+        time.sleep(0.1)
+    left = alive(program_pid)
+    if left:
+        os.kill(program_pid, signal.SIGKILL)  # clean up before failing
+    assert not left, "the program outlived its killed runner by 10 s"
     listing = benchc("runs", db=db)
     assert listing.returncode == 0
     record = only_run(db)

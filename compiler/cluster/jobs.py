@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..diagnostics import BenchError
+from ..files import refuse_linked_runs
 from ..records import frozen
 from ..results.ingest import metrics_sha256, outcome
 from ..results.metrics import load_metrics
@@ -43,6 +44,7 @@ def submit_point(store: Store, point: BuildPoint, *, trials: int, options: list[
     """sbatch one point; its trials are recorded as pending in the same transaction, so the
     store never holds a job that sbatch refused. (job id, run ids) `profile`: every trial
     profiles a few more steps (job.sbatch's --profile, passed to the program)."""
+    refuse_linked_runs(point.path)
     series = new_id()
     run_dir = (point.path / "runs" / series).resolve()
     run_dir.mkdir(parents=True)
@@ -191,12 +193,22 @@ def follow(store: Store, run_ids: set[str] | None, say: Callable[[str], None],
            poll_s: float = POLL_S) -> list[RunRecord]:  # fmt: skip
     """Refresh until every run of `run_ids` (all submitted runs when None) has ended; say each
     change and, every ~30 s or when it changes, one line of where the jobs stand."""
-    started, last_line, last_said = time.monotonic(), "", 0.0
+    started, last_line, last_said, unreachable = time.monotonic(), "", 0.0, None
     while True:
         active = [r for r in store.submitted(active_only=True) if run_ids is None or r.id in run_ids]
         if not active:
             break
-        for change in refresh(store, active):
+        try:
+            changes = refresh(store, active)
+        except slurm.Unreachable as exc:  # an outage: the runs keep their state, ask again
+            if str(exc) != unreachable:
+                say(f"the Slurm controller could not be asked ({exc}); asking again every {poll_s:g} s")
+            unreachable, changes = str(exc), []
+        else:
+            if unreachable is not None:
+                say("the Slurm controller answers again")
+            unreachable = None
+        for change in changes:
             r = change.record
             say(f"{change.status:9} {r.experiment} / {r.target} / {r.point} [trial {r.trial}]  "
                 f"job {r.job_id} {change.job_state}  [run {r.id}]")  # fmt: skip

@@ -4,6 +4,10 @@ scancel, and parses what they print. Everything else sees jobs as `JobState` val
 A job's state comes from squeue while the job is in the queue, then from `scontrol show job`
 (which keeps ended jobs for MinJobAge, 5 minutes by default), then from sacct where the site
 runs accounting. `sbatch --wait` is never used: it notices a job's end tens of seconds late.
+
+Only a definite answer changes what benchc knows of a job: a command that fails for any other
+reason than "no such job" (the controller down, a timeout, a refused connection) raises
+Unreachable, before anything is stored, and the runs keep the state they had.
 """
 
 from __future__ import annotations
@@ -24,6 +28,12 @@ ACTIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUE
 ENDED = {"COMPLETED", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "CANCELLED", "NODE_FAIL", "PREEMPTED",
          "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT"}  # fmt: skip
 UNKNOWN = "UNKNOWN"  # the scheduler no longer knows the job and keeps no accounting of it
+NO_SUCH_JOB = re.compile(r"Invalid job id", re.IGNORECASE)  # Slurm's definite "it is gone"
+
+
+class Unreachable(Exception):
+    """Slurm could not be asked (its controller or accounting down, a command timing out):
+    nothing it said may change a run's state."""
 
 
 @frozen
@@ -56,8 +66,14 @@ def _run(args: list[str], env: dict | None = None) -> subprocess.CompletedProces
     try:
         return subprocess.run(args, capture_output=True, text=True, timeout=TIMEOUT_S, env=env)
     except subprocess.TimeoutExpired:
-        raise error(f"{Path(args[0]).name} did not answer within {TIMEOUT_S:g} s", None,
-                    hint="is slurmctld up? `sinfo` tells") from None  # fmt: skip
+        raise Unreachable(f"{Path(args[0]).name} did not answer within {TIMEOUT_S:g} s") from None
+    except OSError as exc:
+        raise Unreachable(f"{Path(args[0]).name} could not be started: {exc.strerror or exc}") from None
+
+
+def _failed(proc: subprocess.CompletedProcess, name: str) -> Unreachable:
+    said = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit status {proc.returncode}"
+    return Unreachable(f"{name}: {said}")
 
 
 def sbatch(script: Path, *, chdir: Path, output: Path, options: list[str], script_args: list[str],
@@ -89,6 +105,8 @@ def states(job_ids: list[str]) -> dict[str, JobState]:
         return {}
     found: dict[str, JobState] = {}
     proc = _run([command("squeue"), "-h", "-j", ",".join(job_ids), "-o", "%i|%T|%R"])
+    if proc.returncode != 0 and not NO_SUCH_JOB.search(proc.stderr):
+        raise _failed(proc, "squeue")
     if proc.returncode == 0:
         for line in proc.stdout.splitlines():
             parts = line.strip().split("|", 2)
@@ -113,7 +131,9 @@ def job_state(job_id: str) -> JobState | None:
 def _scontrol_state(job_id: str) -> JobState | None:
     proc = _run([command("scontrol"), "show", "job", "-o", job_id])
     if proc.returncode != 0:
-        return None  # "Invalid job id specified": purged after MinJobAge
+        if NO_SUCH_JOB.search(proc.stderr):
+            return None  # "Invalid job id specified": purged after MinJobAge
+        raise _failed(proc, "scontrol")
     fields = dict(re.findall(r"(\w+)=(\S*)", proc.stdout))
     state = fields.get("JobState")
     if not state:
@@ -125,6 +145,8 @@ def _sacct_state(job_id: str) -> JobState | None:
     if shutil.which("sacct") is None:
         return None
     proc = _run(["sacct", "-n", "-P", "-X", "-j", job_id, "--format=JobID,State,ExitCode"])
+    if proc.returncode != 0 and not re.search(r"accounting storage is disabled", proc.stderr, re.I):
+        raise _failed(proc, "sacct")  # slurmdbd down: no answer, not "unknown"
     for line in proc.stdout.splitlines():
         parts = line.strip().split("|")
         if len(parts) == 3 and parts[0] == job_id and parts[1]:
@@ -135,6 +157,8 @@ def _sacct_state(job_id: str) -> JobState | None:
 def scancel(job_ids: list[str]) -> None:
     proc = _run([command("scancel"), *job_ids])
     if proc.returncode != 0:
+        if not NO_SUCH_JOB.search(proc.stderr):
+            raise _failed(proc, "scancel")
         raise error(f"scancel failed: {proc.stderr.strip() or proc.returncode}", None)
 
 

@@ -13,7 +13,7 @@ from . import flags
 if TYPE_CHECKING:
     from ..results.store import Store
 
-EXIT_OK, EXIT_RUN_FAILED, EXIT_USER, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_RUN_FAILED, EXIT_USER, EXIT_COULD_NOT_ASK, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 COMMANDS = ("submit", "status", "cancel")
 FOLLOW_AGAIN = "follow them again with: benchc status --wait"
 
@@ -149,7 +149,7 @@ def _table(records) -> None:
 
 
 def status(args) -> int:
-    from ..cluster import jobs
+    from ..cluster import jobs, slurm
     from ..results.store import open_existing
 
     store = open_existing(args.db)
@@ -164,17 +164,27 @@ def status(args) -> int:
                 _table(store.submitted())
                 return EXIT_OK
             return _follow(store, {r.id for r in active})
+        code = EXIT_OK
         if active:
-            for change in jobs.refresh(store, active):
+            try:
+                changes = jobs.refresh(store, active)
+            except slurm.Unreachable as exc:
+                changes, code = [], EXIT_COULD_NOT_ASK
+                _unreachable(exc, "the runs keep the state they had; ask again later")
+            for change in changes:
                 r = change.record
                 _say(f"{change.status:9} {r.experiment} / {r.target} / {r.point} [trial {r.trial}]  "
                      f"job {r.job_id} {change.job_state}  [run {r.id}]")  # fmt: skip
         _table(store.submitted())
-    return EXIT_OK
+    return code
+
+
+def _unreachable(exc: Exception, then: str) -> None:
+    print(f"benchc: the Slurm controller could not be asked ({exc}); {then}", file=sys.stderr, flush=True)
 
 
 def cancel(args) -> int:
-    from ..cluster import jobs
+    from ..cluster import jobs, slurm
     from ..results.store import open_existing
 
     if not args.runs and not args.all:
@@ -203,6 +213,12 @@ def cancel(args) -> int:
             return EXIT_OK
         job_ids = {r.job_id for r in chosen}  # a job's trials end together
         chosen = [r for r in active if r.job_id in job_ids]
-        records = jobs.cancel(store, chosen, _say)
+        try:
+            records = jobs.cancel(store, chosen, _say)
+        except slurm.Unreachable as exc:
+            _unreachable(exc, "runs whose end Slurm did not confirm keep their state; "
+                         "`benchc status` asks again")  # fmt: skip
+            _table(store.submitted())
+            return EXIT_COULD_NOT_ASK
         _table(records)
     return EXIT_OK

@@ -56,6 +56,27 @@ def default_path() -> Path:
 
 
 _SAID: set[str] = set()
+LOCK_WAIT_VARIABLE = "BENCHC_STORE_WAIT_S"  # how long a write waits for another process's lock
+LOCK_WAIT_S = 120.0  # ... unless that variable says otherwise
+LOCK_NOTICE_S = 10.0  # a line on stderr this often while it waits
+
+
+def _lock_wait_s() -> float:
+    try:
+        value = float(os.environ.get(LOCK_WAIT_VARIABLE, ""))
+    except ValueError:
+        return LOCK_WAIT_S
+    return value if 0 <= value < float("inf") else LOCK_WAIT_S
+
+
+class StoreLocked(Exception):
+    """The store stayed locked by another process for longer than benchc waits: nothing was
+    written (the caller keeps what it was storing elsewhere, and says where)."""
+
+    def __init__(self, path: Path, waited: float, kept: str | None = None) -> None:
+        said = f"the results store {path} stayed locked by another process for {waited:.0f} s"
+        super().__init__(said + (f"; {kept}" if kept else ""))
+        self.path, self.waited = path, waited
 
 
 def _say_once(text: str) -> None:
@@ -158,17 +179,27 @@ class Store:
             self._db.close()
             raise damaged(self.path, str(exc)) from None
 
-    @staticmethod
-    def _retry_while_locked(action, seconds: float = 30.0):
-        """Another benchc may be creating the same store: switching to WAL mode needs a moment
-        alone with the file, and SQLite does not always wait for it by itself."""
-        deadline = time.monotonic() + seconds
+    def _retry_while_locked(self, action, seconds: float | None = None):
+        """Wait out another process's write lock (another benchc, a user's sqlite3; creating
+        the same store, where switching to WAL mode needs a moment alone with the file): a line
+        on stderr every LOCK_NOTICE_S while it lasts, then StoreLocked after `seconds`
+        (LOCK_WAIT_S), with nothing written."""
+        seconds = _lock_wait_s() if seconds is None else seconds
+        started = time.monotonic()
+        said = started
         while True:
             try:
                 return action()
             except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) or time.monotonic() > deadline:
+                if "locked" not in str(exc) and "busy" not in str(exc):
                     raise
+                now = time.monotonic()
+                if now - started > seconds:
+                    raise StoreLocked(self.path, now - started) from None
+                if now - said >= LOCK_NOTICE_S:
+                    said = now
+                    print(f"benchc: waiting for the results store {self.path}: another process holds its "
+                          f"write lock ({now - started:.0f} s)", file=sys.stderr, flush=True)  # fmt: skip
                 time.sleep(0.05)
 
     def close(self) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 from ..diagnostics import BenchError
 from ..plan.calibration import CalibrationPlan
 from ..results.calibrations import calibration_problem, finish_calibration, start_calibration
-from ..results.store import Store, new_id
+from ..results.store import Store, StoreLocked, new_id
 from ..results.untrusted_json import read_json_file
 from .execute import Outcome, launch
 from .interrupts import Terminated, raise_terminated
@@ -24,15 +24,19 @@ STORED = {"ok", "failed", "timeout", "interrupted", "terminated", "cancelled", "
 
 
 def read_calibration(path: Path) -> tuple[dict | None, str | None]:
-    """The calibration file at `path` if it is one benchc can store; else (None, the cause)."""
+    """The calibration file at `path` if it is one benchc can store; else (None, the cause,
+    naming the file as `path` names it). A run's metrics file says which command stores it."""
     if not path.exists():
         return None, None
     try:
         data, _ = read_json_file(path, "calibration file")
     except BenchError as exc:
         return None, "invalid calibration file: " + exc.diagnostics[0].message
+    if isinstance(data, dict) and data.get("schema") == "benchc-metrics":
+        ingest = f"`benchc ingest {path}` stores that"
+        return None, f"{path.name} is a run's metrics file, not a calibration: {ingest}"
     problem = calibration_problem(data)
-    return (None, f"calibration.json {problem}") if problem else (data, None)
+    return (None, f"{path.name} {problem}") if problem else (data, None)
 
 
 def run_calibration(plan: CalibrationPlan, folder: Path, store: Store, timeout_s: float | None,
@@ -70,5 +74,12 @@ def _run(plan: CalibrationPlan, folder: Path, store: Store, timeout_s: float,
     finally:
         with signals_held():  # the row always ends
             status = outcome.status if outcome.status in STORED else "failed"
-            finish_calibration(store, calibration_id, status, outcome.cause, outcome.metrics)
+            try:
+                finish_calibration(store, calibration_id, status, outcome.cause, outcome.metrics)
+            except StoreLocked as locked:  # the result is the file: say where, and how to store it
+                kept = (f"its file is kept in {output}: `benchc calibrate --ingest {output}` stores it once "
+                        "the store is free" if output.is_file() else "it wrote no file")  # fmt: skip
+                raise StoreLocked(
+                    locked.path, locked.waited, f"calibration {calibration_id}: {kept}"
+                ) from None
     return calibration_id, outcome

@@ -23,7 +23,7 @@ from ..results.metrics import load_metrics
 from ..results.untrusted_json import read_json_file
 from .interrupts import Terminated
 from .manifest import load_manifest
-from .processes import MARKER, stop
+from .processes import MARKER, ended_with_benchc, stop
 
 LOG_TAIL_LINES = 40
 
@@ -132,8 +132,10 @@ def launch(path: Path, nodes: int, world: int, run_dir: Path, timeout_s: float,
                     tail.append(text)
                     on_line(text)
 
+        # each launcher leads a session of its own, and gets SIGTERM if benchc dies (processes.py)
         options = dict(cwd=path.resolve(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                       text=True, errors="replace", bufsize=1, env=env, start_new_session=True)  # fmt: skip
+                       text=True, errors="replace", bufsize=1, env=env, start_new_session=True,
+                       preexec_fn=ended_with_benchc())  # fmt: skip
         try:
             for index in range(nodes):
                 # the node's number, for launchers that want one (accelerate's --machine_rank)

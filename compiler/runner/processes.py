@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,6 +22,30 @@ from ..pids import alive
 
 MARKER = "BENCHC_RUN"  # the environment variable every process of a run inherits
 STOP_GRACE_S = 10.0  # after SIGINT/SIGTERM, before SIGKILL
+
+
+def ended_with_benchc():
+    """A launcher's preexec_fn on Linux: PR_SET_PDEATHSIG, so that the launcher gets SIGTERM
+    the moment benchc ends without stopping it (SIGKILL, an out-of-memory kill: no chance to
+    stop anything) and stops its program as for any SIGTERM (launch.sh passes it to the
+    program's group; the program records how it ended). None elsewhere. The function called
+    in the child is resolved here, before the fork: the child only calls into libc."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent, pr_set_pdeathsig, term = os.getpid(), 1, int(signal.SIGTERM)
+
+    def preexec() -> None:
+        prctl(pr_set_pdeathsig, term, 0, 0, 0)
+        if os.getppid() != parent:  # benchc ended before the line above
+            os.kill(os.getpid(), term)
+
+    return preexec
 
 
 def marked(value: str) -> list[int]:

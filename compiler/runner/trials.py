@@ -11,13 +11,15 @@ from .. import __version__
 from ..catalog.metrics import METRICS, headline
 from ..diagnostics import error
 from ..figures import sig
-from ..results.store import Store, new_id
+from ..files import refuse_linked_runs
+from ..results.store import Store, StoreLocked, new_id
 from .execute import Outcome, execute
 from .interrupts import Terminated, raise_terminated
 from .processes import signals_held
 from .progress import Progress
 
 RUN_OK, RUN_FAILED, INTERRUPTED, TERMINATED = 0, 1, 130, 143  # benchc run's exit codes
+COULD_NOT_STORE = 3  # the results store stayed locked: the result kept in its metrics file
 
 
 def environment() -> dict:
@@ -68,6 +70,8 @@ def _trials(points, store: Store, repeat_flag: int | None, timeout_flag: float |
             program_args: Sequence[str]) -> int:  # fmt: skip
 
     tally: dict[str, int] = {}
+    for point in points:  # before any is run (a link made since `run` began checked too)
+        refuse_linked_runs(point.path)
     for point in points:
         manifest, plan = point.manifest, point.manifest.plan
         repeat = repeat_flag or plan.repeat
@@ -99,7 +103,9 @@ def _trials(points, store: Store, repeat_flag: int | None, timeout_flag: float |
             finally:
                 with signals_held():  # the row always ends; an ok run's warning in its cause
                     cause = f"warning: {outcome.warning}" if outcome.warning else outcome.cause
-                    store.finish(run_id, outcome.status, cause, outcome.metrics, outcome.log_tail)
+                    locked = _finish(store, run_id, outcome, cause, run_dir)
+            if locked:
+                return COULD_NOT_STORE
             tally[outcome.status] = tally.get(outcome.status, 0) + 1
             _say(label, run_id, outcome, metric)
             if outcome.status in ("interrupted", "terminated"):
@@ -128,3 +134,21 @@ def _say(label: str, run_id: str, outcome, metric: str | None) -> None:
         if outcome.log_tail:
             tail = "\n".join("    " + line for line in outcome.log_tail.splitlines()[-8:])
             print(tail, flush=True)
+
+
+def _finish(store: Store, run_id: str, outcome, cause: str | None, run_dir) -> bool:
+    """Store how the run ended; where the store stays locked past its wait, say where the
+    result is kept (the run's metrics file, for `benchc ingest`) and that nothing more runs.
+    Whether it stayed locked."""
+    try:
+        store.finish(run_id, outcome.status, cause, outcome.metrics, outcome.log_tail)
+    except StoreLocked as locked:
+        kept = run_dir / "metrics.json"
+        if kept.is_file():
+            where = f"its metrics are kept in {kept}: `benchc ingest {kept}` stores them once it is free"
+        else:
+            where = f"it ended {outcome.status} ({cause}) and wrote no metrics"
+        print(f"benchc: {locked}: run {run_id} could not be stored; {where}; the remaining runs "
+              "were not started", file=sys.stderr, flush=True)  # fmt: skip
+        return True
+    return False
