@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 from scripted_points import ok_metrics, scripted_point
@@ -135,3 +138,48 @@ def test_a_calibration_whose_store_stays_locked_keeps_its_file_for_ingest(tmp_pa
     assert f"`benchc calibrate --ingest {kept}`" in err
     stored = benchc_run("calibrate", "--ingest", str(kept), "--db", str(db), timeout=60)
     assert stored.returncode == 0 and "stored (ok)" in stored.stdout, stored.stderr
+
+
+# ------------------------------------------------------------------ a store that can only be read
+
+
+def test_a_store_that_can_only_be_read_is_read_and_a_write_is_refused(tmp_path):
+    """A WAL store in a folder this user cannot write (SQLite cannot even make its -shm file
+    there): the read commands read it, a write is refused saying why. The commands run as an
+    unprivileged user (a user namespace: root reads through permissions)."""
+    from report_store import calibrate, store_run
+    from system_tools import Unavailable, ensure
+
+    try:
+        ensure({"unshare": "util-linux"})
+    except Unavailable as exc:
+        pytest.fail(f"unshare is required here: {exc}")
+    shared = Path(tempfile.mkdtemp(prefix="benchc-ro-", dir="/tmp"))
+    try:
+        folder = shared / "store"
+        folder.mkdir()
+        db = folder / "r.db"
+        store_run(db, "cpu", 10.0)
+        calibrate(db, "cpu", {"fp32": 1.0, "bf16": 2.0}, 0.02)
+        metrics = shared / "metrics.json"
+        metrics.write_text(json.dumps(ok_metrics()))
+        shared.chmod(0o755)
+        metrics.chmod(0o644)
+        folder.chmod(0o555)
+        db.chmod(0o444)
+
+        def unprivileged(*args: str) -> subprocess.CompletedProcess:
+            return subprocess.run(["unshare", "-U", sys.executable, "-m", "benchc", *args, "--db", str(db)],
+                                  cwd=REPO, capture_output=True, text=True, timeout=120)  # fmt: skip
+
+        listed = unprivileged("runs")
+        assert listed.returncode == 0 and "sd3_mmdit_train" in listed.stdout, listed.stderr
+        shown = unprivileged("targets")
+        assert shown.returncode == 0 and "cpu: bf16 2" in shown.stdout, shown.stderr
+        refused = unprivileged("ingest", str(metrics))
+        assert refused.returncode == 2 and "can only be read here" in refused.stderr, refused.stderr
+        assert "Traceback" not in refused.stderr + listed.stderr + shown.stderr
+    finally:
+        for path in (shared, *shared.rglob("*")):
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        shutil.rmtree(shared)

@@ -101,7 +101,10 @@ def stored_calibrations(db) -> dict:
             return {}
         with store:
             return latest_calibrations(store)
-    except (BenchError, sqlite3.DatabaseError):
+    except (BenchError, sqlite3.DatabaseError) as exc:  # said, not silently taken for none stored
+        why = exc.diagnostics[0].message if isinstance(exc, BenchError) else str(exc)
+        print(f"benchc: note: the results store could not be read ({why}): no calibration is used",
+              file=sys.stderr)  # fmt: skip
         return {}
 
 

@@ -18,6 +18,7 @@ import socket
 import sqlite3
 import sys
 import time
+import urllib.parse
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -123,6 +124,8 @@ class Store:
             # SQLite's own wait for a lock is short: longer waits are Python's loop below, so
             # that Ctrl-C and SIGTERM are seen while another benchc holds the store.
             self._db = sqlite3.connect(self.path, timeout=0.2, isolation_level=None)
+            self.read_only = False  # a store this process may only read (see _read_only)
+            self._read_only()
         except (OSError, sqlite3.Error) as exc:
             raise error(f"cannot open the results store {self.path}: {exc}", None) from None
         self._db.row_factory = sqlite3.Row
@@ -131,13 +134,16 @@ class Store:
         self._indexed = True  # the store has INDEXES (see _add_indexes)
         try:
             self._db.execute("PRAGMA busy_timeout=200")
-            if self._db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+            if self.read_only:
+                pass  # read as it is: no journal mode to set, nothing to write
+            elif self._db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
                 self._check_intact()  # switching to WAL writes the file's header
                 self._retry_while_locked(lambda: self._db.execute("PRAGMA journal_mode=WAL"))
             # In WAL mode NORMAL keeps every transaction atomic and the file consistent, also
             # when a process is killed mid-write; it skips the fsync at each commit (a power
             # cut may lose the last commits, never half of one).
-            self._db.execute("PRAGMA synchronous=NORMAL")
+            if not self.read_only:
+                self._db.execute("PRAGMA synchronous=NORMAL")
             self._retry_while_locked(self._migrate)
         except sqlite3.DatabaseError as exc:
             if type(exc) is sqlite3.DatabaseError and "malformed" in str(exc):
@@ -148,6 +154,22 @@ class Store:
                 None,
                 hint="point --db (or BENCHC_RESULTS) at another file",
             ) from None
+
+    def _read_only(self) -> None:
+        """A store this process cannot write (a read-only file, or a WAL store in a folder it
+        cannot write, where SQLite cannot even read without making its -shm file) is opened
+        read-only and immutable: the read commands work on it, and a command that writes is
+        refused saying so (_transaction)."""
+        try:
+            self._db.execute("PRAGMA journal_mode").fetchone()
+            return
+        except sqlite3.OperationalError as exc:
+            if "readonly" not in str(exc) or not self.path.is_file():
+                raise
+        self._db.close()
+        where = urllib.parse.quote(str(self.path.resolve()))
+        self._db = sqlite3.connect(f"file:{where}?mode=ro&immutable=1", uri=True, isolation_level=None)
+        self.read_only = True
 
     def _check_intact(self) -> None:
         """A damaged file is refused before anything writes to it: SQLite would go on writing
@@ -216,6 +238,10 @@ class Store:
         if self._depth:  # inside batch(): part of the enclosing transaction
             yield self._db
             return
+        if self.read_only:
+            raise error(f"the results store {self.path} can only be read here (its file or folder is "
+                        "read-only): this command writes to it", None,
+                        hint="give --db a copy you can write (cp the file), or ask its owner")  # fmt: skip
         self._check_intact()  # once per connection, before its first write
         self._retry_while_locked(lambda: self._db.execute("BEGIN IMMEDIATE"))
         self._depth = 1
