@@ -443,19 +443,21 @@ def test_estimate_and_strict_check_never_import_torch():
 # ------------------------------------------------------------------ measured ceilings
 
 
-def _calibrated_store(tmp_path, target: str, tflops: dict, memory_tb_s: float, bus: dict):
-    """A real store holding one finished calibration of `target`, as benchc calibrate stores it."""
+def _calibrated_store(tmp_path, target: str, tflops: dict, memory_tb_s: float, bus: dict, nodes: int = 1,
+                      world: int = 2):  # fmt: skip
+    """A real store holding one finished calibration of `target`, as benchc calibrate stores it,
+    its collectives measured on `nodes` x `world` / `nodes` processes."""
     from benchc.results.calibrations import finish_calibration, start_calibration
     from benchc.results.store import Store
 
     db = tmp_path / "r.db"
     data = {"schema": "benchc-calibration", "schema_version": 1, "status": "ok", "target": target,
-            "host": "node-7", "smoke": False, "nodes": 1, "world_size": 2, "device_name": None,
+            "host": "node-7", "smoke": False, "nodes": nodes, "world_size": world, "device_name": None,
             "matmul_tflops": tflops, "memory_tb_s": memory_tb_s, "host_to_device_gb_s": None,
             "collectives": {k: {"bus_gb_s": v, "bytes": 1 << 20} for k, v in bus.items()},
             "launch_us": 4.0}  # fmt: skip
     with Store(db) as store:
-        calibration_id = start_calibration(store, target=target, host="node-7", smoke=False, world_size=2,
+        calibration_id = start_calibration(store, target=target, host="node-7", smoke=False, world_size=world,
                                            build_path=None, environment={})  # fmt: skip
         finish_calibration(store, calibration_id, "ok", None, data)
     return db
@@ -471,7 +473,8 @@ def test_estimate_gives_the_measured_figure_after_the_datasheets_on_every_roofli
     from benchc.figures import sig
     from benchc.plan.roofline import Ceilings
 
-    db = _calibrated_store(tmp_path, "h100", {"bf16": 790.0}, 3.0, {"all_reduce": 360.0})
+    # measured on S1's layout, 2 nodes x 8: its collectives bound S1's links too
+    db = _calibrated_store(tmp_path, "h100", {"bf16": 790.0}, 3.0, {"all_reduce": 360.0}, nodes=2, world=16)
     plain = run_cli("estimate", "specs/sd3.bench", "-t", "h100", cwd=REPO)
     calibrated = run_cli("estimate", "specs/sd3.bench", "-t", "h100", "--db", str(db), cwd=REPO)
     assert plain.code == calibrated.code == 0, calibrated.err

@@ -1,4 +1,4 @@
-"""The one folder writer (compiler/codegen/folder_writer.py) as compile and calibrate use it
+"""The one folder writer (compiler/folder_writer.py) as compile and calibrate use it
 (issue 34, cause 1): it writes the files it generates by name and keeps everything else,
 whatever an old manifest lists (C1, C3); it refuses a folder that is a symbolic link (C2) and
 a folder in use by a running program, which holds it through its own code (M4); concurrent
@@ -21,8 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from benchc.codegen.build import compile_plans, point_dir
-from benchc.codegen.folder_writer import LOCK
 from benchc.diagnostics import BenchError
+from benchc.folder_writer import LOCK
 from benchc.pipeline import plan_spec
 
 from helpers import REPO, run_cli
@@ -253,41 +253,76 @@ FLOCK = (
 )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+REPORT_FILES = {"report.md", "sd3_mmdit_train.png"}
+
+
+def write_as(writer: str, out: Path) -> tuple[Path, set[str]]:
+    """Write with the command's own writer into its folder under `out`; (the folder, the
+    names that writer generates there)."""
+    if writer == "compile":
+        plan = smoke_plan()
+        compile_plans((plan,), out)
+        return point_dir(out, plan), GENERATED
+    if writer == "calibrate":
+        from benchc.codegen.calibration import write_calibration
+        from benchc.plan.calibration import calibration_plan
+        from benchc.validate.capabilities import NOT_GENERATED_PRECISIONS
+
+        plan = calibration_plan("cpu", not_generated=NOT_GENERATED_PRECISIONS, smoke=True)
+        return write_calibration(plan, out), {"bench.py", "launch.sh", "job.sbatch", "calibration-plan.json"}
+    from benchc.report.output import OutputFolder
+
+    with OutputFolder(out / "report") as folder:
+        for name in sorted(REPORT_FILES):
+            folder.add(name, lambda stream, name=name: stream.write(name.encode() * 40))
+        folder.commit()
+    return out / "report", REPORT_FILES
+
+
+def folder_of(writer: str, out: Path) -> Path:
+    if writer == "compile":
+        return point_dir(out, smoke_plan())
+    if writer == "calibrate":
+        return out / "cpu-1x2-smoke"
+    return out / "report"
+
+
+@pytest.mark.parametrize("writer", ["compile", "calibrate", "report"])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(tree=trees(), held=st.booleans())
-def test_whatever_stands_in_a_point_folder_every_entry_benchc_does_not_write_is_kept(tmp_path_factory, tree,
-                                                                                   held):  # fmt: skip
-    """Random trees (files, folders, links, a runs/ with results, the lock file) stand where a
-    point is compiled, sometimes with the lock held by a live process: afterwards every entry
-    the build does not write is as it was; a refused compile (a link or folder where the build
-    writes, the lock held) changes nothing at all."""
+def test_whatever_stands_in_a_folder_every_entry_benchc_does_not_write_is_kept(tmp_path_factory, writer, tree,
+                                                                             held):  # fmt: skip
+    """Random trees (files, folders, links, a runs/ with results, the lock file) stand where
+    compile, calibrate or report writes, sometimes with the lock held by a live process:
+    afterwards every entry the command does not write is as it was; a refused write (a link or
+    folder where a file goes, a point or calibration whose lock is held) changes nothing."""
     out = tmp_path_factory.mktemp("out")
-    plan = smoke_plan()
-    point = point_dir(out, plan)
-    make(point, tree)
+    folder = folder_of(writer, out)
+    make(folder, tree)
     holder = None
-    lock = point / LOCK
+    lock = folder / LOCK
     if held and (lock.is_file() and not lock.is_symlink() or not os.path.lexists(lock)):
         holder = subprocess.Popen([sys.executable, "-c", FLOCK, str(lock)], stdout=subprocess.PIPE, text=True)
         assert holder.stdout.readline().strip() == "held"
-    before = snapshot(point)
+    before = snapshot(folder)
     try:
-        compile_plans((plan,), out)
+        written, names = write_as(writer, out)
     except BenchError as refused:
-        assert snapshot(point) == before, refused.message  # refused: nothing changed
+        assert snapshot(folder) == before, refused.message  # refused: nothing changed
         return
     finally:
         if holder is not None:
             holder.kill()
             holder.wait()
-    assert holder is None  # a folder in use is never written
-    after = snapshot(point)
+    assert written == folder
+    assert holder is None or writer == "report"  # a point or calibration in use is never written
+    after = snapshot(folder)
     for name, value in before.items():
-        if name.split("/")[0] in GENERATED or name == LOCK:
+        if name.split("/")[0] in names or name == LOCK:
             continue
         assert after.get(name) == value, name
-    for name in ("bench.py", "launch.sh", "manifest.json"):
-        assert after[name].startswith("file:")
+    for name in names - {"job.sbatch", "accelerate.yaml"}:
+        assert after[name].startswith("file:"), name
     assert not [n for n in after if n.endswith(".tmp")]
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from benchc.codegen.build import compile_plans
-from benchc.codegen.folder_writer import LOCK
 from benchc.codegen.points import MANIFEST, manifest_of
+from benchc.folder_writer import LOCK
 from benchc.manifest import (
     NOT_A_MANIFEST,
     FileHash,

@@ -213,3 +213,27 @@ def test_a_calibrations_collectives_bound_only_plans_of_the_layout_they_ran_on(t
         assert (
             "its collectives ran on 1 x 8 (nodes x processes), not this plan's layout" in text
         ) is not used
+
+
+def test_a_plan_uses_the_calibration_of_its_layout_where_one_is_stored(tmp_path):
+    """Two calibrations of h100: the older on 1 x 8, the newer on 1 x 2. A 1 x 8 plan uses the
+    older (its links were measured), a 2 x 8 plan the newer, without its collectives."""
+    from benchc.results.calibrations import finish_calibration, start_calibration
+
+    db = tmp_path / "r.db"
+    with Store(db) as store:
+        for world, bus, started in (
+            (8, 300.0, "2026-12-01T10:00:00+00:00"),
+            (2, 100.0, "2026-12-02T10:00:00+00:00"),
+        ):
+            links = {"all_reduce": {"bus_gb_s": bus, "bytes": 1 << 20}}
+            data = calibration_file("h100", world_size=world, nodes=1, started_at=started, collectives=links)
+            made = start_calibration(store, target="h100", host="node-1", smoke=False, world_size=world,
+                                     build_path=None, environment={})  # fmt: skip
+            finish_calibration(store, made, "ok", None, data)
+    asked = ("estimate", str(SPECS / "sd3.bench"), "-t", "h100", "--db", str(db), "--json")
+    one_node = ("--set", "cluster.nodes=1", "--set", "parallel.data=8")
+    (record, *_) = strict_json(run_cli(*asked, *one_node, cwd=REPO).out)["estimates"]
+    assert record["calibration"]["world_size"] == 8 and record["calibration"]["collectives_used"]
+    (record, *_) = strict_json(run_cli(*asked, cwd=REPO).out)["estimates"]
+    assert record["calibration"]["world_size"] == 2 and not record["calibration"]["collectives_used"]

@@ -150,6 +150,9 @@ MISTAKES = {  # what the folder is -> words the error must hold
         "vocab_size = 2,000,000,000 is more than benchc plans for",
         "model.llama.vocab is at most",
     ),
+    # a head size the config cannot give: said as such, not as tensors unlike the config
+    "indivisible-hidden": ("is not divisible by num_attention_heads", "it gives no head_dim"),
+    "odd-head-dim": ("head_dim is 7, an odd number",),
 }
 
 
@@ -194,6 +197,16 @@ def _make(kind: str, folders: Path, at: Path) -> str:
         config["intermediate_size"] = 128
         (at / "edited" / "config.json").write_text(json.dumps(config))
         return "edited"
+    if kind in ("indivisible-hidden", "odd-head-dim"):
+        shutil.copytree(folders / "llama", at / kind)
+        config = json.loads((at / kind / "config.json").read_text())
+        if kind == "odd-head-dim":
+            config["head_dim"] = 7
+        else:
+            config.pop("head_dim", None)
+            config["hidden_size"] = config["hidden_size"] + 1
+        (at / kind / "config.json").write_text(json.dumps(config))
+        return kind
     if kind.startswith("huge-"):
         shutil.copytree(folders / "llama", at / kind)
         config = json.loads((at / kind / "config.json").read_text())

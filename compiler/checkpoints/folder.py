@@ -191,7 +191,14 @@ def _read_llama(folder: Path, path: str, config: dict) -> Checkpoint:
         if shape[name] is None:
             raise CheckpointError(f"{file} has no {LLAMA_SHAPE[name]}", hint=SAVE_HINT)
     shape["kv_heads"] = shape["kv_heads"] or shape["heads"]
+    if shape["head_dim"] is None and shape["hidden"] % shape["heads"]:
+        raise CheckpointError(f"{file}: hidden_size {shape['hidden']:,} is not divisible by "
+                              f"num_attention_heads {shape['heads']:,}, and it gives no head_dim",
+                              hint=SAVE_HINT)  # fmt: skip
     shape["head_dim"] = shape["head_dim"] or shape["hidden"] // shape["heads"]
+    if shape["head_dim"] % 2:
+        raise CheckpointError(f"{file}: head_dim is {shape['head_dim']:,}, an odd number: rotary position "
+                              "embeddings rotate pairs of dimensions")  # fmt: skip
     shape["max_positions"] = shape["max_positions"] or 2048  # LlamaConfig's default
     expected = expected_llama_tensors(**{k: v for k, v in shape.items() if k != "max_positions"})
     tensors = _check_tensors(folder, path, TRANSFORMERS_WEIGHTS, expected)

@@ -1,5 +1,5 @@
 """Write build points to disk: build/<experiment>/<target>/<point>/, through the one folder
-writer (codegen/folder_writer.py).
+writer (compiler/folder_writer.py).
 
 Every point's files are written under temporary names first, then renamed into place, so a
 compile that fails anywhere changes no point and a reader never sees a half-written file.
@@ -13,9 +13,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ..folder_writer import FolderFiles, write_folders
 from ..plan.types import Plan
 from ..records import frozen
-from .folder_writer import FolderFiles, write_folders
 from .launchers import JOB
 from .points import BUILD_FILES, EXECUTABLE, MANIFEST, render_point
 

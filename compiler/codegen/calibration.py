@@ -17,9 +17,9 @@ import jinja2
 
 from .. import __version__
 from ..diagnostics import error
+from ..folder_writer import FolderFiles, write_folders
 from ..plan.calibration import CalibrationPlan
 from .environment import environment
-from .folder_writer import FolderFiles, write_folders
 from .launchers import JOB, LAUNCHER, STOP_GRACE_S, launcher_template, safe_name, trials_time
 
 PROGRAM = "bench.py"

@@ -342,15 +342,26 @@ class _Measured:
 
 
 def _calibrations(db) -> dict:
-    """target -> its latest calibration in the store (none where there is no store)."""
-    from ..results.calibrations import latest_calibrations
+    """target -> its usable calibrations in the store (none where there is no store)."""
+    from ..results.calibrations import usable_calibrations
     from ..results.store import open_existing
 
     store = open_existing(db or None)
     if store is None:
         return {}
     with store:
-        return latest_calibrations(store)
+        return usable_calibrations(store)
+
+
+def _calibration_of(plan, calibrations: dict):
+    """The calibration for `plan`: one of its layout where the store holds one."""
+    from ..results.calibrations import calibration_for
+
+    found = calibrations.get(plan.target.name)
+    if not found:
+        return None
+    dims = plan.dims
+    return calibration_for(found, dims.nodes, dims.devices_per_node, plan.target.family)
 
 
 def estimate(args) -> int:
@@ -358,14 +369,14 @@ def estimate(args) -> int:
 
     result = plan_args(args)
     calibrations = _calibrations(getattr(args, "db", None))
-    records = [(_record(plan, calibrations.get(plan.target.name)), plan) for plan in result.plans]
+    records = [(_record(plan, _calibration_of(plan, calibrations)), plan) for plan in result.plans]
     if args.json:
         payload = {"experiment": result.document.experiment, "estimates": [r for r, _ in records]}
         print(json.dumps(finite_json(payload), indent=2, sort_keys=True, allow_nan=False))
     else:
         texts = []
         for record, plan in records:
-            calibration = calibrations.get(plan.target.name)
+            calibration = _calibration_of(plan, calibrations)
             texts.append(_text(record, plan, _Measured(plan, calibration) if calibration else None))
         print("\n\n".join(texts))
     return EXIT_OK

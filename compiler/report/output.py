@@ -1,10 +1,11 @@
 """The files of `benchc report -o DIR`: their names, and writing them into DIR.
 
-Each file is written to a hidden temporary file in DIR and renamed over its name only when
-every file of the report is ready, so a report is never half-written: a failure (a full disk,
-a chart that cannot be drawn, Ctrl-C) removes the temporary files and leaves DIR as it was.
-A rename replaces a symbolic link in the way instead of writing through it, so nothing lands
-outside DIR; a directory in the way of a name is refused as the user's mistake (exit 2).
+Every file is made in memory first, then written by benchc's one folder writer: each under a
+hidden temporary name in DIR, renamed over its name once all are written, so a report is never
+half-written: a failure (a full disk, a chart that cannot be drawn, Ctrl-C or a signal) leaves
+DIR as it was. A rename replaces a symbolic link in the way instead of writing through it, so
+nothing lands outside DIR; a directory in the way of a name is refused as the user's mistake
+(exit 2); everything else in DIR is kept.
 
 File names are made from names in the store (experiments): letters, digits and . _ - only,
 unique within one report, so they are safe in DIR and as the destination of a Markdown link.
@@ -13,9 +14,8 @@ unique within one report, so they are safe in DIR and as the destination of a Ma
 from __future__ import annotations
 
 import hashlib
-import os
+import io
 import re
-import secrets
 import stat
 import sys
 from collections.abc import Callable
@@ -59,23 +59,20 @@ class ChartNames:
 
 
 class OutputFolder:
-    """DIR of `report -o DIR`, written all at once: add() each file, then commit(). Used as a
-    context manager, it removes the temporary files of whatever was not committed."""
+    """DIR of `report -o DIR`, written all at once through benchc's one folder writer
+    (compiler/folder_writer.py): add() each file, then commit(). Nothing reaches DIR before
+    commit(), and commit() writes every file or none."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.pending: list[tuple[Path, Path]] = []  # (temporary file, its final name)
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise error(f"cannot write reports into '{path}': {exc.strerror or exc}", None) from None
+        self.pending: dict[str, bytes] = {}  # name -> content, in the order added
+        if path.exists() and not path.is_dir():
+            raise error(f"cannot write reports into '{path}': it is a file, not a folder", None)
 
     def __enter__(self) -> OutputFolder:
         return self
 
     def __exit__(self, *exc_info) -> None:
-        for temporary, _ in self.pending:
-            temporary.unlink(missing_ok=True)
         self.pending.clear()
 
     def refuse_directory(self, final: Path) -> None:
@@ -92,41 +89,25 @@ class OutputFolder:
                         None, hint=hint)  # fmt: skip
 
     def add(self, name: str, write: Callable[[BinaryIO], object]) -> bool:
-        """Write DIR/name by write(stream) into a temporary file; False where write returned
-        False (nothing to write: the temporary file is removed)."""
-        final = self.path / name
-        self.refuse_directory(final)
-        temporary = self.path / f".{name}.{secrets.token_hex(6)}.part"
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
-        try:
-            descriptor = os.open(temporary, flags, 0o666)  # the umask applies, as to any new file
-        except OSError as exc:
-            raise error(f"cannot write reports into '{self.path}': {exc.strerror or exc}", None) from None
-        self.pending.append((temporary, final))
-        try:
-            with os.fdopen(descriptor, "wb") as stream:
-                kept = write(stream)
-        except OSError as exc:
-            raise error(f"cannot write '{final}': {exc.strerror or exc}", None) from None
-        if kept is False:
-            self.pending.pop()
-            temporary.unlink(missing_ok=True)
+        """Make DIR/name's content by write(stream); False where write returned False (nothing
+        to write)."""
+        self.refuse_directory(self.path / name)
+        stream = io.BytesIO()
+        if write(stream) is False:
             return False
+        self.pending[name] = stream.getvalue()
         return True
 
     def commit(self) -> list[Path]:
-        """Rename every file added over its name; the names, in the order they were added."""
-        for _, final in self.pending:  # checked again: a directory may have appeared meanwhile
-            self.refuse_directory(final)
-        written = []
-        for temporary, final in self.pending:
-            try:
-                os.replace(temporary, final)
-            except OSError as exc:
-                raise error(f"cannot write '{final}': {exc.strerror or exc}", None) from None
-            written.append(final)
+        """Write every file added; their paths, in the order they were added."""
+        from ..folder_writer import FolderFiles, write_folders
+
+        for name in self.pending:  # checked again: a directory may have appeared meanwhile
+            self.refuse_directory(self.path / name)
+        names = list(self.pending)
+        write_folders([FolderFiles(self.path, dict(self.pending), report=True)], describe=lambda p: f"'{p}'")
         self.pending.clear()
-        return written
+        return [self.path / name for name in names]
 
 
 def write_report(

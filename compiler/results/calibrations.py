@@ -184,17 +184,36 @@ def _rows(store: Store, where: str = "", parameters: tuple = ()) -> list[sqlite3
 def latest_calibrations(store: Store | None) -> dict[str, Calibration]:
     """target -> its latest calibration that ended ok, a full-size one before any smoke one
     (smoke sizes check the program; they do not reach the chip's ceiling)."""
+    return {target: _preferred(found) for target, found in usable_calibrations(store).items()}
+
+
+def usable_calibrations(store: Store | None) -> dict[str, list[Calibration]]:
+    """target -> every calibration of it that ended ok with plausible figures, oldest first."""
     if store is None:
         return {}
-    found: dict[str, Calibration] = {}
+    found: dict[str, list[Calibration]] = {}
     for row in _rows(store, "WHERE status = 'ok'"):
         record = _of(row)
-        if record is None:
-            continue
-        kept = found.get(record.target)
-        if kept is None or record.smoke <= kept.smoke:  # later rows win unless smoke over full
-            found[record.target] = record
+        if record is not None:
+            found.setdefault(record.target, []).append(record)
     return found
+
+
+def _preferred(found: list[Calibration]) -> Calibration:
+    """The latest full-size one, else the latest (later ones win unless smoke over full)."""
+    kept = found[0]
+    for record in found[1:]:
+        if record.smoke <= kept.smoke:
+            kept = record
+    return kept
+
+
+def calibration_for(found: list[Calibration], nodes: int, devices_per_node: int, family: str) -> Calibration:
+    """The calibration a plan of this layout uses: among those whose collectives ran on its
+    layout, where there are any, the preferred one (a bus bandwidth is the layout's); else the
+    preferred of all (its matmul and memory figures are the chip's)."""
+    same = [c for c in found if c.same_layout(nodes, devices_per_node, family)]
+    return _preferred(same or found)
 
 
 def calibration_rows(store: Store, target: str | None = None) -> list[dict]:

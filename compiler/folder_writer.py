@@ -1,5 +1,5 @@
-"""The one writer of benchc's generated folders (compile's points, calibrate's layouts): it
-writes the files it generates, by name, and nothing else.
+"""The one writer of benchc's generated folders (compile's points, calibrate's layouts, the
+folder of `report -o`): it writes the files it generates, by name, and nothing else.
 
 What it keeps: every entry it does not generate (runs/, Slurm logs, caches, a user's notes or
 folders), whatever an old manifest lists. What it removes: only a file a former build of the
@@ -8,7 +8,9 @@ no longer needs it), and only while its bytes are still what that build's manife
 a file the user changed is kept. What it refuses, with nothing written: a folder that is a
 symbolic link, an entry it would write that is a folder or a link, and a folder in use (a
 program running there holds a shared lock on its LOCK file; this writer takes it exclusively,
-so a folder is never rewritten under a running program, nor by two writers at once).
+so a folder is never rewritten under a running program, nor by two writers at once). A
+report's folder (FolderFiles.report) is the user's own: no program runs there, so it holds no
+lock, and a link where a file goes is replaced by the file, never written through.
 
 How it writes: every file of every folder first under a temporary name beside its place, then
 each renamed into place: a failure before the renames leaves every folder as it was, and a
@@ -24,26 +26,31 @@ import json
 import os
 import secrets
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
-from ..diagnostics import BenchError, error
-from ..records import frozen
+from .diagnostics import BenchError, error
+from .records import frozen
 
 LOCK = ".benchc.lock"  # held shared by a program running in the folder, exclusively by the writer
 
 
 @frozen
 class FolderFiles:
-    """One folder to write: its files (name -> text), which of them are executable, empty
-    folders to make if missing (a Slurm log folder), and the manifest whose recorded hashes
-    say which former files may go (None: nothing is ever removed)."""
+    """One folder to write: its files (name -> text or bytes), which of them are executable,
+    empty folders to make if missing (a Slurm log folder), and the manifest whose recorded
+    hashes say which former files may go (None: nothing is ever removed). `report`: a folder
+    the user named for a report (-o), where no program runs: taken as named (a link
+    included), a link standing where a file goes is replaced by the file (never written
+    through), and no lock file is left in it."""
 
     folder: Path
-    files: dict[str, str]
+    files: dict[str, str | bytes]
     executable: frozenset[str] = frozenset()
     folders: tuple[str, ...] = ()
     manifest: str | None = None
     stale_names: tuple[str, ...] = ()
+    report: bool = False
 
 
 def write_folders(targets: list[FolderFiles], describe: Callable[[Path], str] = str) -> None:
@@ -55,9 +62,10 @@ def write_folders(targets: list[FolderFiles], describe: Callable[[Path], str] = 
             for target in targets:
                 _refuse_links(target, describe)
                 made += _make_folder(target.folder)
-                locks.enter_context(_exclusive(target.folder, describe))
-                for name, text in sorted(target.files.items()):
-                    temporaries.append((_temporary(target, name, text), target.folder / name))
+                if not target.report:
+                    locks.enter_context(_exclusive(target.folder, describe))
+                for name, content in sorted(target.files.items()):
+                    temporaries.append((_temporary(target, name, content), target.folder / name))
         except BaseException as exc:
             for temporary, _ in temporaries:
                 temporary.unlink(missing_ok=True)
@@ -83,7 +91,7 @@ def write_folders(targets: list[FolderFiles], describe: Callable[[Path], str] = 
 
 def _refuse_links(target: FolderFiles, describe: Callable[[Path], str]) -> None:
     folder = target.folder
-    if folder.is_symlink():
+    if folder.is_symlink() and not target.report:
         raise error(f"{describe(folder)} is a symbolic link: benchc writes only into a folder of its own",
                     None, hint="remove the link, or name the folder it points to with -o")  # fmt: skip
     if folder.exists() and not folder.is_dir():
@@ -91,6 +99,8 @@ def _refuse_links(target: FolderFiles, describe: Callable[[Path], str]) -> None:
                     hint="move it away, or name another folder with -o")  # fmt: skip
     for name in sorted(target.files):
         entry = folder / name
+        if target.report and entry.is_symlink():
+            continue  # replaced by the rename, never written through
         if entry.is_symlink() or (entry.exists() and not entry.is_file()):
             kind = "a symbolic link" if entry.is_symlink() else "a folder"
             raise error(f"{describe(entry)} is {kind}, where benchc writes its {name}", None,
@@ -161,13 +171,28 @@ def lock_holders(lock: Path) -> list[tuple[int, str]]:
             command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             command = ""
-        found.append((pid, command.strip()[:120]))
+        since = _started(pid)
+        found.append((pid, command.strip()[:120] + (f", running since {since}" if since else "")))
     return found
 
 
-def _temporary(target: FolderFiles, name: str, text: str) -> Path:
+def _started(pid: int) -> str | None:
+    """When a process started, UTC (Linux: its start in clock ticks after boot, /proc/stat's btime)."""
+    try:
+        ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+        boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))  # fmt: skip
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+    when = datetime.fromtimestamp(boot + ticks / os.sysconf("SC_CLK_TCK"), UTC)
+    return when.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _temporary(target: FolderFiles, name: str, content: str | bytes) -> Path:
     temporary = target.folder / f".{name}.{secrets.token_hex(6)}.tmp"
-    temporary.write_text(text, encoding="utf-8")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    with os.fdopen(os.open(temporary, flags, 0o644), "wb") as stream:
+        stream.write(content.encode("utf-8") if isinstance(content, str) else content)
     temporary.chmod(0o755 if name in target.executable else 0o644)
     return temporary
 
