@@ -220,8 +220,11 @@ def test_ctrl_c_leaves_the_job_running_and_cancel_records_it(benchc, tmp_path):
     (record,) = stored(benchc.db)
     assert (record.status, record.job_state) == ("cancelled", "CANCELLED"), result.stdout
     assert "step 1/10000" in record.log_tail and "CANCELLED" in record.cause
-    # what Slurm reports, without contradiction: its exit code, and the cancel as the cause
-    assert record.exit_code == "0:15" and "(exit code 0:15)" in record.cause, record.cause
+    # what Slurm reports, without contradiction: its exit code, and the cancel as the cause.
+    # The batch script is killed by SIGTERM (0:15), or, on a loaded machine, ends on the
+    # SIGTERM its launcher passed on before Slurm's own reaches it (0:0): either is Slurm's word.
+    assert record.exit_code in ("0:15", "0:0"), record.cause
+    assert f"(exit code {record.exit_code})" in record.cause, record.cause
     assert "cancelled by benchc cancel" in record.cause and "not ended" not in record.cause
     assert "CANCELLED" in benchc("status").stdout
 

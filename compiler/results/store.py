@@ -125,7 +125,6 @@ class Store:
             # that Ctrl-C and SIGTERM are seen while another benchc holds the store.
             self._db = sqlite3.connect(self.path, timeout=0.2, isolation_level=None)
             self.read_only = False  # a store this process may only read (see _read_only)
-            self._read_only()
         except (OSError, sqlite3.Error) as exc:
             raise error(f"cannot open the results store {self.path}: {exc}", None) from None
         self._db.row_factory = sqlite3.Row
@@ -133,6 +132,8 @@ class Store:
         self._checked = False  # PRAGMA quick_check has passed on this connection
         self._indexed = True  # the store has INDEXES (see _add_indexes)
         try:
+            self._read_only()
+            self._db.row_factory = sqlite3.Row
             self._db.execute("PRAGMA busy_timeout=200")
             if self.read_only:
                 pass  # read as it is: no journal mode to set, nothing to write
