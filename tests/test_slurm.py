@@ -221,8 +221,8 @@ def test_ctrl_c_leaves_the_job_running_and_cancel_records_it(benchc, tmp_path):
     assert (record.status, record.job_state) == ("cancelled", "CANCELLED"), result.stdout
     assert "step 1/10000" in record.log_tail and "CANCELLED" in record.cause
     # what Slurm reports, without contradiction: its exit code, and the cancel as the cause.
-    # The batch script is killed by SIGTERM (0:15), or, on a loaded machine, ends on the
-    # SIGTERM its launcher passed on before Slurm's own reaches it (0:0): either is Slurm's word.
+    # Slurm reports the batch script killed by SIGTERM (0:15), or, as the fresh-clone CI met once
+    # on a loaded machine, ended with status 0 after it (0:0): either is recorded as Slurm says.
     assert record.exit_code in ("0:15", "0:0"), record.cause
     assert f"(exit code {record.exit_code})" in record.cause, record.cause
     assert "cancelled by benchc cancel" in record.cause and "not ended" not in record.cause
