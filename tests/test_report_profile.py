@@ -13,7 +13,7 @@ from report_store import report, store_run
 
 from benchc.figures import sig
 from benchc.report.collect import sections
-from benchc.report.profile import CATEGORIES, profile_of, shares
+from benchc.report.stored_profile import CATEGORIES, profile_of, shares
 from benchc.results.store import Store
 
 ORDER = ("matmul", "attention", "norm_elementwise", "communication", "optimizer", "copy", "other", "idle")

@@ -28,8 +28,8 @@ from ..results.manifests import HOW_TO_GIVE_ONE
 from ..results.metrics import validation_problems
 from ..results.plans import stored_plan_problem
 from ..results.store import RunRecord
-from .profile import profile_of
 from .stats import Summary, summarize
+from .stored_profile import profile_of
 
 
 @frozen

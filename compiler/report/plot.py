@@ -11,14 +11,10 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..figures import sig
+from .chart_text import plain
 from .collect import Section
 from .explain import stored_number
 from .render import headline_header
-
-
-def _plain(text) -> str:
-    """A text from the store as matplotlib shows it literally: no $ opens math mode."""
-    return str(text).replace("$", r"\$")
 
 
 def bar_chart(section: Section, target: Path | BinaryIO) -> Path | BinaryIO:
@@ -61,18 +57,18 @@ def draw(section: Section):
             refs += [(x, r.value) for r in row.references if not r.per_device]
         spread = errors if any(errors[0] + errors[1]) else None  # no caps for single trials
         bars = axes.bar(xs, heights, width * 0.95, yerr=spread, capsize=3 if spread else 0,
-                        label=_plain(target))  # fmt: skip
+                        label=plain(target))  # fmt: skip
         axes.bar_label(bars, labels=[sig(h) + t for h, t in zip(heights, tiers)], fontsize=8, padding=2)
         for x, value in refs:  # a dashed line across the bar: no marker sits on the label
             label = None if labelled_reference else "published (reference)"
             labelled_reference = True
             axes.hlines(value, x - width * 0.45, x + width * 0.45, colors="black", linestyles="dashed",
                         linewidth=1.2, zorder=3, label=label)  # fmt: skip
-    axes.set_xticks(range(len(points)), [_plain(p) for p in points])
-    axes.set_ylabel(headline_header(section, _plain))
+    axes.set_xticks(range(len(points)), [plain(p) for p in points])
+    axes.set_ylabel(headline_header(section, plain))
     axes.margins(y=0.15)  # room above the tallest bar for its label
     axes.set_ylim(bottom=0)  # bars of positive quantities: the axis starts at zero
-    title = _plain(section.experiment) + (" (smoke, CPU)" if section.smoke else "")
+    title = plain(section.experiment) + (" (smoke, CPU)" if section.smoke else "")
     axes.set_title(title)
     axes.legend(fontsize=8)
     axes.grid(axis="y", alpha=0.3)
@@ -139,7 +135,7 @@ def roofline_chart(section: Section, target: Path | BinaryIO) -> Path | BinaryIO
         style = {"color": roofs[name]} if name in roofs else {}
         kind = " (measured)" if dashed else ""
         (line,) = axes.plot(xs, [min(peak, hbm * x) / 1e12 for x in xs], linestyle="--" if dashed else "-",
-                            label=f"{_plain(name)} roof{kind}", **style)  # fmt: skip
+                            label=f"{plain(name)} roof{kind}", **style)  # fmt: skip
         return line.get_color()
 
     drawn: set[tuple[str, bool]] = set()
@@ -154,14 +150,14 @@ def roofline_chart(section: Section, target: Path | BinaryIO) -> Path | BinaryIO
     for index, (label, intensity, achieved, _, _) in enumerate(dict((p[0], p) for p in every).values()):
         name = label.split(" ", 1)[0]
         axes.plot([intensity], [achieved / 1e12], "o", color=roofs[name])
-        axes.annotate(f"{_plain(label)}: {sig(placed[label] * 100)}%", (intensity, achieved / 1e12),
+        axes.annotate(f"{plain(label)}: {sig(placed[label] * 100)}%", (intensity, achieved / 1e12),
                       fontsize=7, textcoords="offset points", xytext=(6, 8 - 11 * (index % 4)))  # fmt: skip
         # runs at one intensity (the same model on several targets) get their labels stacked
     axes.set_xscale("log")
     axes.set_yscale("log")
     axes.set_xlabel("arithmetic intensity (model FLOPs per HBM byte, per device)")
     axes.set_ylabel("TFLOP/s per device")
-    axes.set_title(f"{_plain(section.experiment)}: achieved vs roofline (% of the roof at that intensity)")
+    axes.set_title(f"{plain(section.experiment)}: achieved vs roofline (% of the roof at that intensity)")
     axes.legend(fontsize=8)
     axes.grid(alpha=0.3, which="both")
     figure.tight_layout()

@@ -4,71 +4,22 @@ step time, a table of them, a stacked horizontal bar per target (PNG) and, for e
 targets at a point, one sentence naming the category whose share differs most (a target
 profiled alone gets a sentence of its own).
 
-The store is not trusted: a profile is read only where its categories are finite numbers of
-seconds, none negative, and some positive; names of kernels are kept as text (at most 120
-characters) for the renderer to escape. Shares are of the sum of the categories, so they add
-up to 100%."""
+The profile is read back, checked, by stored_profile.py; text from the store is escaped by
+the renderer, and by chart_text.plain on a chart."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 from ..figures import sig
-from ..results.metrics import profile_problem
+from .chart_text import plain
+from .stored_profile import CATEGORIES, shares
 
 if TYPE_CHECKING:
     from .collect import Row, Section
 
-CATEGORIES = {  # name -> (how a sentence names it, the bar's colour)
-    "matmul": ("matrix multiplies", "#1f77b4"),
-    "attention": ("attention", "#17becf"),
-    "norm_elementwise": ("normalisation and elementwise", "#2ca02c"),
-    "communication": ("communication", "#9467bd"),
-    "optimizer": ("the optimizer", "#8c564b"),
-    "copy": ("copies", "#ff7f0e"),
-    "other": ("other kernels", "#7f7f7f"),
-    "idle": ("idle time", "#d62728"),
-}
 MATRIX_WORK = ("matmul", "attention")
-TOP_KERNELS = 3  # per category, in the report's list
-
-
-def _seconds(value) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return float(value) if value >= 0 else None
-
-
-def profile_of(raw) -> dict | None:
-    """A stored profile, checked (None: none, or not one the report can read)."""
-    if not isinstance(raw, dict) or not isinstance(raw.get("categories"), dict):
-        return None
-    if profile_problem(raw) is not None:  # categories past what the profiled time allows
-        return None
-    categories = {name: _seconds(raw["categories"].get(name, 0)) for name in CATEGORIES}
-    if any(v is None for v in categories.values()) or not sum(categories.values()):
-        return None
-    top = {}
-    for name, kernels in (raw.get("top") if isinstance(raw.get("top"), dict) else {}).items():
-        if name not in CATEGORIES or not isinstance(kernels, list):
-            continue
-        kept = [(str(k.get("name"))[:120], _seconds(k.get("s")), k.get("calls"))
-                for k in kernels[:TOP_KERNELS] if isinstance(k, dict)]  # fmt: skip
-        top[name] = [(n, s, c if isinstance(c, int) and not isinstance(c, bool) else None)
-                     for n, s, c in kept if s is not None]  # fmt: skip
-    steps = raw.get("steps")
-    steps = steps if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0 else None
-    activity = raw.get("activity") if raw.get("activity") in ("cpu", "cuda", "hpu") else None
-    return {"steps": steps, "profiled_s": _seconds(raw.get("profiled_s")), "activity": activity,
-            "categories": categories, "top": top}  # fmt: skip
-
-
-def shares(profile: dict) -> dict[str, float]:
-    """category -> its fraction of the profiled time (they add up to 1)."""
-    total = sum(profile["categories"].values())
-    return {name: seconds / total for name, seconds in profile["categories"].items()}
 
 
 def profiled(section: Section) -> list[Row]:
@@ -163,10 +114,8 @@ def profile_chart(section: Section, target: Path | BinaryIO) -> Path | BinaryIO 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .plot import _plain
-
     figure, axes = plt.subplots(figsize=(8.0, 1.6 + 0.5 * len(rows)), dpi=100)
-    labels = [_plain(_label(section, row)) for row in rows]
+    labels = [plain(_label(section, row)) for row in rows]
     left = [0.0] * len(rows)
     for category, (name, colour) in CATEGORIES.items():
         widths = [shares(row.profile)[category] * 100 for row in rows]
@@ -176,7 +125,7 @@ def profile_chart(section: Section, target: Path | BinaryIO) -> Path | BinaryIO 
     axes.invert_yaxis()  # the first row on top, as in the table
     axes.set_xlim(0, 100)
     axes.set_xlabel("share of the profiled step time (%)")
-    axes.set_title(f"{_plain(section.experiment)}: where a step's time goes")
+    axes.set_title(f"{plain(section.experiment)}: where a step's time goes")
     axes.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.25 - 0.02 * len(rows)))
     figure.tight_layout()
     figure.savefig(target, format="png", bbox_inches="tight")
