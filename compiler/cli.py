@@ -195,6 +195,8 @@ def entry() -> None:
     for ending in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):  # every command ends cleanly
         signal.signal(ending, raise_terminated)
     code = main()
+    for ending in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):  # the work is done and written:
+        signal.signal(ending, signal.SIG_DFL)  # a late signal ends the process, raises nothing at exit
     gc.freeze()
     sys.exit(code)
 
