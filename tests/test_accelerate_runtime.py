@@ -143,6 +143,7 @@ def test_the_wrapped_block_classes_are_the_models_own():
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from benchc.codegen.launchers import BLOCK_CLASSES
+    from benchc.pipeline import plan_spec
 
     with torch.device("meta"):
         mmdit = SD3Transformer2DModel(num_layers=1, num_attention_heads=2, attention_head_dim=8,
@@ -151,7 +152,8 @@ def test_the_wrapped_block_classes_are_the_models_own():
         llama = LlamaForCausalLM(LlamaConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                                              intermediate_size=32, vocab_size=32))  # fmt: skip
     assert {type(b).__name__ for b in mmdit.transformer_blocks} == {BLOCK_CLASSES["mmdit"]}
-    assert {type(b).__name__ for b in llama.model.layers} == {BLOCK_CLASSES["llama"]}
+    plan = plan_spec(REPO / "specs" / "beluga-train.bench", ["h100"]).plans[0]
+    assert {type(b).__name__ for b in llama.model.layers} == {plan.model.census.layer_class}
 
 
 def launch_args(argv: list[str]):

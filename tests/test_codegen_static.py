@@ -73,8 +73,8 @@ def test_calls_bind_to_the_installed_libraries(target, overrides):
         return
     if target.startswith("generate:"):
         must = {
-            "transformers.LlamaForCausalLM",
-            "transformers.LlamaConfig",
+            "transformers.AutoModelForCausalLM.from_config",
+            "transformers.AutoConfig.for_model",
             "torch.distributed.tensor.parallel.parallelize_module",
             "torch.distributed.device_mesh.init_device_mesh",
         }
@@ -90,7 +90,7 @@ def test_calls_bind_to_the_installed_libraries(target, overrides):
     }
     llama = target.startswith("llama:")
     if llama:
-        must |= {"transformers.LlamaForCausalLM", "transformers.LlamaConfig"}
+        must |= {"transformers.AutoModelForCausalLM.from_config", "transformers.AutoConfig.for_model"}
         if any("zero" in o for o in overrides):
             must.add("deepspeed.initialize")
             must -= {"torch.nn.parallel.DistributedDataParallel"}
@@ -121,9 +121,11 @@ def test_keyword_arguments_passed_through_tables_and_dicts_exist(target, overrid
     exec(compile(f"PLAN = {plan_literal}", "<plan>", "exec"), namespace)  # a literal only
     config = namespace["PLAN"]["model"]["config"]
     if target.startswith("llama:"):
-        from transformers import LlamaConfig
+        from transformers import AutoConfig, LlamaConfig
 
-        built = LlamaConfig(**config)  # the real class: every key must land as an attribute
+        model_type = namespace["PLAN"]["model"]["model_type"]
+        built = AutoConfig.for_model(model_type, **config)  # every key must land as an attribute
+        assert type(built) is LlamaConfig
         assert built.num_key_value_heads == config["num_key_value_heads"]
         assert built._attn_implementation == config["attn_implementation"]
         assert set(config) - {"attn_implementation"} <= set(
@@ -223,7 +225,8 @@ def test_generation_options_exist(target):
         assert {"static_shapes", "bucket_size", "ignore_eos", "hpu_graphs"} <= options
         for name in ("dtype", "tensor_parallel", "injection_policy"):
             assert name in DeepSpeedInferenceConfig.model_fields
-        assert "injection_policy={LlamaDecoderLayer:" in program.replace("\n", "")
+        assert "injection_policy={layer:" in program.replace("\n", "")
+        assert "layer = type(transformer_blocks(model)[0])" in program
     else:
         assert options == {"cache_implementation", "disable_compile", "compile_config"}
         assert all(hasattr(GenerationConfig(), name) for name in options)

@@ -59,9 +59,8 @@ def test_forward_flops_match_torch_flop_counter(config, latent, text_tokens):
 
 
 def test_llama_parameters_and_flops_match_transformers():
+    from census_helpers import llama_cost, llama_params
     from transformers import LlamaConfig, LlamaForCausalLM
-
-    from benchc.plan.flops import llama_cost, llama_params
 
     for hidden, layers, heads, kv, inter, vocab in [
         (8192, 80, 64, 8, 28672, 32000),
@@ -88,9 +87,8 @@ def test_generation_flops_match_torch_flop_counter(input_tokens, output_tokens, 
     """Prefill and decode as transformers' generate runs them (the output head on the prompt's
     last token only, each decode step attending the tokens so far). A static cache also
     attends its unfilled, masked positions: more than model work, never less."""
+    from census_helpers import llama_generate_flops
     from transformers import LlamaConfig, LlamaForCausalLM
-
-    from benchc.plan.flops import llama_generate_flops
 
     shape = (128, 2, 4, 2, 256, 1024)  # hidden, layers, heads, kv heads, intermediate, vocab
     hidden, layers, heads, kv, inter, vocab = shape

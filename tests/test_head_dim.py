@@ -12,11 +12,11 @@ import ast
 import re
 
 import pytest
+from census_helpers import llama_cost, llama_generate_flops, llama_params
 from codegen_helpers import plan_literal
 
 from benchc.codegen.points import render_point
 from benchc.pipeline import plan_spec
-from benchc.plan.flops import llama_cost, llama_generate_flops, llama_params
 from benchc.plan.memory import estimate_memory, kv_cache, parameters
 from benchc.plan.roofline import roofline
 

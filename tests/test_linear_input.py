@@ -109,18 +109,20 @@ def test_every_numeric_setting_has_an_upper_bound_that_is_a_located_error():
 
 
 def test_decode_flops_are_a_closed_form_equal_to_the_sum_over_tokens():
-    from benchc.plan.flops import _llama_matmul_weights, llama_generate_flops
+    from census_helpers import llama_census
 
-    shape = dict(hidden=64, layers=2, heads=4, kv_heads=2, intermediate=128, vocab=100)
+    from benchc.plan.flops import causal_lm_generate_flops
+
+    census = llama_census(hidden=64, layers=2, heads=4, kv_heads=2, intermediate=128, vocab=100)
     for input_tokens, output_tokens in ((1, 1), (3, 1), (16, 32), (128, 2048)):
-        flops = llama_generate_flops(**shape, input_tokens=input_tokens, output_tokens=output_tokens)
+        flops = causal_lm_generate_flops(census, input_tokens, output_tokens)
         context = input_tokens**2 + sum(input_tokens + t for t in range(1, output_tokens))
         tokens = input_tokens + output_tokens - 1
-        head = shape["vocab"] * shape["hidden"]  # the output head: once per generated token
-        layers = 2.0 * (_llama_matmul_weights(**shape) - head) * tokens
+        head = 100 * 64  # the output head: once per generated token
+        layers = 2.0 * census.dense_matmul * tokens
         assert flops == layers + 2.0 * head * output_tokens + 4.0 * 2 * 64 * context
     started = time.monotonic()
-    llama_generate_flops(**shape, input_tokens=4_194_304, output_tokens=4_194_304)
+    causal_lm_generate_flops(census, 4_194_304, 4_194_304)
     assert time.monotonic() - started < 0.1
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from benchc.diagnostics import BenchError
 from benchc.pipeline import plan_spec
-from benchc.plan.types import LlamaModel, MMDiTModel, SD3Pipeline, TrainWorkload
+from benchc.plan.types import CausalLM, MMDiTModel, SD3Pipeline, TrainWorkload
 
 from helpers import SPECS
 
@@ -152,7 +152,7 @@ def test_smoke_keeps_tensor_parallel_and_grouped_query_attention(plan_text):
     }
     """
     (plan,) = plan_text(text, smoke=True)
-    assert isinstance(plan.model, LlamaModel)
+    assert isinstance(plan.model, CausalLM)
     assert (plan.parallel.tensor, plan.parallel.data, plan.cluster.world_size) == (2, 1, 2)
     assert plan.model.kv_heads < plan.model.heads and plan.model.heads % plan.parallel.tensor == 0
     assert plan.workload.input_tokens + plan.workload.output_tokens <= plan.model.max_positions

@@ -233,7 +233,7 @@ def test_fsdp2_peak_memory_stays_near_the_shard_plus_one_block_bound(tmp_path):
     of every block's weights until the forward ends (77 MB more here: the peak measured 189 MB
     against a bound of 209 MB; at 8 ranks an outer autocast measured 131 MB against 92 MB);
     gradients are reduce-scattered in fp32."""
-    from benchc.plan.flops import llama_params
+    from census_helpers import llama_params
 
     shape = {"hidden": 512, "layers": 12, "heads": 8, "kv_heads": 8, "intermediate": 1408, "vocab": 512}
     ranks = 2

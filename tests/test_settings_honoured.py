@@ -49,7 +49,9 @@ ALTERNATIVES = {
     "sharding": "zero2", "activation_checkpointing": "false", "metric": "ttft_s",
     "repeat": "3", "timeout": "600", "partition": '"p1"', "account": '"a1"', "time": '"02:00:00"',
     "gres": '"gpu:4"', "exclusive": "false", "job_name": '"j1"', "log": '"x-%j.log"',
-    "optimize": "plain", "profile": "true",
+    "optimize": "plain", "profile": "true", "config": '"/models/c"', "rope_theta": "50000.0",
+    "tie_embeddings": "true", "model_type": '"qwen2"', "experts": "4", "experts_per_token": "1",
+    "sliding_window": "1024",
 }  # fmt: skip
 # Where a reference spec already has the alternative, the other way round.
 FLIPPED = {

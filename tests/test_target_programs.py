@@ -229,7 +229,7 @@ def test_generation_reports_decode_as_memory_traffic_against_the_hbm_bandwidth(t
     bandwidth."""
     import importlib.util
 
-    from benchc.plan.flops import llama_params
+    from census_helpers import llama_params
 
     sets = ["parallel.tensor=1", "cluster.devices_per_node=1", "cluster.nodes=1"]
     program = tmp_path / "bench.py"

@@ -6,6 +6,8 @@ spec override it. Figures are the published architectures (the models' own confi
 
 from __future__ import annotations
 
+from .causal_lm import PRESETS as CAUSAL_LM_PRESETS
+
 # SD3's MMDiT: hidden = 64 * depth, heads = depth, head dim 64; the caption projection
 # is as wide as the hidden size (derived, so a preset with another depth stays consistent).
 _MMDIT_D24 = {
@@ -65,6 +67,19 @@ PRESETS: dict[str, dict[str, dict]] = {
     },
 }
 
+# `model causal_lm` takes every preset: the Llama-2 shapes above (model_type llama) and the
+# transformers families' (catalog/causal_lm.py); `model llama` also takes the Llama-3.1 ones.
+_LLAMA_2 = dict(PRESETS["llama"])
+PRESETS["causal_lm"] = {
+    **{
+        name: {"model_type": "llama", **shape, "config_extra": {}} for name, shape in PRESETS["llama"].items()
+    },
+    **CAUSAL_LM_PRESETS,
+}
+PRESETS["llama"].update(
+    {name: shape for name, shape in CAUSAL_LM_PRESETS.items() if shape["model_type"] == "llama"}
+)
+
 # --smoke: the smallest shapes that still run every code path of the real model.
 SMOKE_MODEL = {
     "mmdit": {
@@ -85,6 +100,10 @@ SMOKE_MODEL = {
         "max_positions": 256,
     },
 }
+# a mixture of experts keeps routing (2 of 4 experts), a sliding window stays shorter than the
+# smoke sequence (64 tokens), so both paths run
+SMOKE_EXPERTS = {"experts": 4, "experts_per_token": 2}
+SMOKE_SLIDING_WINDOW = 32
 SMOKE_MODEL["sd3"] = {**SMOKE_MODEL["mmdit"], "t5_tokens": 16}
 # A Llama whose head_dim is not hidden / heads (q and o not square) keeps that path, shrunk:
 # the smoke model's 4 heads x 16 = 64 query width against its hidden size of 128.

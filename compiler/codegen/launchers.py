@@ -39,13 +39,19 @@ LAUNCHER = "launch.sh"
 JOB = "job.sbatch"
 ACCELERATE_CONFIG = "accelerate.yaml"
 # the repeated block of each model: what accelerate's FSDP plugin wraps (transformer_blocks)
-BLOCK_CLASSES = {"mmdit": "JointTransformerBlock", "llama": "LlamaDecoderLayer"}
+BLOCK_CLASSES = {"mmdit": "JointTransformerBlock"}  # a causal LM's: its census's decoder layer
 JOB_MARGIN_MIN = 10  # a derived job time limit: every trial's timeout plus this
 # launch.sh: seconds from the first stop signal until what is left of the command's process
 # group is killed; above the program's own watchdog (20 s after SIGTERM, bench.py's
 # STOP_GRACE_S), so a program that stops by itself is never cut short
 STOP_GRACE_S = 30
 _SAFE = re.compile(r"[^A-Za-z0-9_.+-]")
+
+
+def block_class(plan: Plan) -> str:
+    """The class name of the model's repeated block: what accelerate's FSDP plugin wraps."""
+    census = getattr(plan.model, "census", None)
+    return census.layer_class if census is not None else BLOCK_CLASSES.get(plan.model.kind, "")
 
 
 LAUNCHER_KINDS = ("python", "torchrun", "mpirun", "deepspeed", "accelerate")
@@ -246,7 +252,7 @@ def render_accelerate_config(plan: Plan, env: jinja2.Environment | None = None) 
         "mixed_precision": {"bf16": "bf16", "fp16": "fp16"}.get(w.precision, "no"),
         "use_cpu": plan.target.family == "cpu" and not dims.deepspeed,
         "fsdp": distributed == "FSDP",
-        "block": BLOCK_CLASSES.get(plan.model.kind, ""),
+        "block": block_class(plan),
         "activation_checkpointing": p.activation_checkpointing,
         "deepspeed": distributed == "DEEPSPEED",
         "zero_stage": dims.zero_stage,

@@ -7,23 +7,25 @@ parallel layout (DeepSpeed, the meta-device build, the world size) is the plan's
 
 from __future__ import annotations
 
+import json
 from pathlib import PurePath
 
 import jinja2
 
 from .. import __version__
+from ..catalog.causal_lm import GAUDI_ALWAYS_FUSED, GAUDI_CLASSES
 from ..catalog.metrics import METRICS
 from ..catalog.sd3_components import CLIP_TOKENS
 from ..catalog.sd3_components import FULL as FULL_PARTS
 from ..catalog.sd3_components import SMOKE as SMOKE_PARTS
 from ..plan.roofline import roofline
-from ..plan.types import LlamaModel, MMDiTModel, Plan, SD3Pipeline, TrainWorkload
+from ..plan.types import CausalLM, MMDiTModel, Plan, SD3Pipeline, TrainWorkload
 from .environment import environment
 
 METRICS_SCHEMA_VERSION = 1
 PROGRAM = "bench.py"
 # inference programs: (core template, entry function) by model kind
-ENTRIES = {"llama": ("core_generate.py.j2", "generate_benchmark"),
+ENTRIES = {"causal_lm": ("core_generate.py.j2", "generate_benchmark"),
            "sd3": ("core_pipeline.py.j2", "pipeline_benchmark")}  # fmt: skip
 
 
@@ -69,7 +71,7 @@ def grouped_attention(work, family: str) -> bool:
 
 
 def grouped_llama(plan: Plan) -> bool:
-    return plan.model.kind == "llama" and grouped_attention(plan.workload, plan.target.family)
+    return plan.model.kind == "causal_lm" and grouped_attention(plan.workload, plan.target.family)
 
 
 def _llama_attention(work, family: str) -> str:
@@ -80,22 +82,15 @@ def _llama_attention(work, family: str) -> str:
     return GROUPED_SDPA if grouped_attention(work, family) else "sdpa"
 
 
-def _llama_model(model: LlamaModel, work, family: str, meta_init: bool) -> dict:
-    # keyword arguments of transformers.LlamaConfig
-    config = {
-        "hidden_size": model.hidden,
-        "num_hidden_layers": model.layers,
-        "num_attention_heads": model.heads,
-        "num_key_value_heads": model.kv_heads,
-        "intermediate_size": model.intermediate,
-        "vocab_size": model.vocab,
-        "max_position_embeddings": model.max_positions,
-        "attn_implementation": _llama_attention(work, family),
-    }
-    if model.head_dim != model.hidden // model.heads:  # LlamaConfig's own default otherwise
-        config["head_dim"] = model.head_dim
+def _causal_lm_model(model: CausalLM, work, family: str, meta_init: bool) -> dict:
+    # the keyword arguments of transformers.AutoConfig.for_model(model_type, ...): the config
+    # the census counted (plan/census.py), and the attention implementation
+    config = {k: v for k, v in json.loads(model.config).items() if k != "model_type"}
+    config["attn_implementation"] = _llama_attention(work, family)
     return {
         "kind": model.kind,
+        "model_type": model.model_type,
+        "experts": model.experts,  # a mixture of experts: DDP finds the experts no token reached
         "weights": model.weights,
         "meta_init": meta_init,  # plan.dims.meta_init (plan/parallel.py)
         "config": config,
@@ -120,7 +115,7 @@ def _decode_settings(plan: Plan) -> dict | None:
     """Generation: the bytes each device must move over the decode steps (the roofline's
     memory bound of its decode phase) and its HBM bandwidth, for the program's achieved
     decode bandwidth (MFU means little for decode). None for other inference."""
-    if plan.model.kind != "llama":
+    if plan.model.kind != "causal_lm":
         return None
     decode = [p for p in roofline(plan).phases if p.name == "decode"]
     memory = [b for p in decode for b in p.bounds if b.name == "memory"]
@@ -225,10 +220,10 @@ def program_settings(plan: Plan) -> dict:
     if isinstance(model, SD3Pipeline):
         return {**_common_settings(plan, _sd3_model(model, work, plan.smoke), 1), **_infer_settings(plan)}
     if not isinstance(work, TrainWorkload):
-        llama = _llama_model(model, work, family, meta_init)
+        llama = _causal_lm_model(model, work, family, meta_init)
         return {**_common_settings(plan, llama, 1), **_infer_settings(plan)}
-    if isinstance(model, LlamaModel):
-        common = _common_settings(plan, _llama_model(model, work, family, meta_init), work.seq_len)
+    if isinstance(model, CausalLM):
+        common = _common_settings(plan, _causal_lm_model(model, work, family, meta_init), work.seq_len)
     else:
         common = _common_settings(plan, _mmdit_model(model, work), 1)
     return {**common, **_train_settings(plan)}
@@ -271,8 +266,8 @@ def import_lines(
             need("optimum.habana.diffusers.pipelines.stable_diffusion_3.pipeline_stable_diffusion_3",
                  "GaudiStableDiffusion3Pipeline")  # fmt: skip
             need("optimum.habana.transformers.gaudi_configuration", "GaudiConfig")
-    if kind == "llama":
-        need("transformers", "LlamaConfig", "LlamaForCausalLM")
+    if kind == "causal_lm":
+        need("transformers", "AutoConfig", "AutoModelForCausalLM")
         if workload == "infer":  # core_generate.py.j2's DecodeLoop
             need("transformers", "StaticCache")
         if family == "cuda" and workload == "infer":
@@ -307,11 +302,12 @@ def import_lines(
             if runtime == "torch":  # accelerate clips with its own clip_grad_norm_
                 need("habana_frameworks.torch.hpex.normalization", "FusedClipNorm")
             need("habana_frameworks.torch.hpex.optimizers", "FusedAdamW")
-    elif kind == "llama":
+    elif kind == "causal_lm":
         # the core's tensor_parallel (DTensor); Gaudi's adapter uses DeepSpeed instead
         need("torch.distributed.device_mesh", "init_device_mesh")
         need("torch.distributed.tensor.parallel", "ColwiseParallel", "RowwiseParallel",
              "parallelize_module")  # fmt: skip
+        need("torch.distributed.tensor", "Replicate")
     if family == "cpu":  # the adapter's StoragePeak: the peak of the tensors' memory
         need("torch.multiprocessing.reductions", "StorageWeakRef")
         need("torch.utils._python_dispatch", "TorchDispatchMode")
@@ -347,10 +343,10 @@ def _hpu_mode(plan: Plan) -> dict:
 
 def render_program(plan: Plan, env: jinja2.Environment | None = None) -> str:
     family, kind, workload = plan.target.family, plan.model.kind, plan.workload.kind
-    what = {"mmdit": "MMDiT", "llama": "Llama", "sd3": "SD3 pipeline"}[kind]
+    what = {"mmdit": "MMDiT", "causal_lm": "causal LM", "sd3": "SD3 pipeline"}[kind]
     measured = {
         "train": "training throughput",
-        "infer": "generation throughput and latency" if kind == "llama" else "seconds per image",
+        "infer": "generation throughput and latency" if kind == "causal_lm" else "seconds per image",
     }[workload]
     title = (
         f"{plan.experiment} on {plan.target.name}, point {plan.point}"
@@ -381,7 +377,9 @@ def render_program(plan: Plan, env: jinja2.Environment | None = None) -> str:
         "entry": "train" if workload == "train" else ENTRIES[kind][1],
         "plan": program_settings(plan),
         "metrics_version": METRICS_SCHEMA_VERSION,
-        "extra_requirements": (" and transformers" if kind == "llama" else " and diffusers")
+        "gaudi_class": GAUDI_CLASSES.get(getattr(plan.model, "model_type", ""), ""),
+        "gaudi_always_fused": getattr(plan.model, "model_type", "") in GAUDI_ALWAYS_FUSED,
+        "extra_requirements": (" and transformers" if kind == "causal_lm" else " and diffusers")
         + (" and transformers" if kind == "sd3" else "")
         + (",\nhabana_frameworks and optimum-habana" if family == "hpu" else ""),
         **_hpu_mode(plan),

@@ -62,17 +62,19 @@ def _figure(value: float | None) -> str:
 
 
 def _flops_lines(plan) -> list[str]:
-    from ..plan.flops import llama_generate_flops
-    from ..plan.types import InferWorkload, LlamaModel
+    from ..plan.flops import causal_lm_generate_flops
+    from ..plan.types import CausalLM, InferWorkload
 
     w, cost = plan.workload, plan.cost
     if not isinstance(w, InferWorkload):
         per = "image" if w.resolution else f"sequence of {w.seq_len} tokens"
-        return [f"{cost.train_flops_per_sample:.3e} per {per}, training (forward + backward = 3 x forward)"]
-    if isinstance(plan.model, LlamaModel):
+        line = f"{cost.train_flops_per_sample:.3e} per {per}, training (forward + backward = 3 x forward)"
+        if w.seq_len:
+            line += f"; {cost.train_flops_per_sample / w.seq_len:.3e} per token"
+        return [line]
+    if isinstance(plan.model, CausalLM):
         m = plan.model
-        shape = (m.hidden, m.layers, m.heads, m.kv_heads, m.intermediate, m.vocab)
-        prefill = llama_generate_flops(*shape, w.input_tokens, 1, head_dim=m.head_dim)
+        prefill = causal_lm_generate_flops(m.census, w.input_tokens, 1)
         steps = max(w.output_tokens - 1, 1)
         decode = (cost.forward_flops_per_sample - prefill) / steps
         return [f"prefill {prefill:.3e} per sequence ({w.input_tokens} input tokens); decode "
@@ -84,14 +86,23 @@ def _flops_lines(plan) -> list[str]:
             "and VAE not counted"]  # fmt: skip
 
 
+def _active_parameters(plan) -> int | None:
+    """A mixture of experts' parameters one token uses; None for a dense model."""
+    from ..plan.types import CausalLM
+
+    if not isinstance(plan.model, CausalLM) or not plan.model.experts:
+        return None
+    return plan.model.census.active_params
+
+
 def _decode_record(plan, line) -> dict | None:
     """Generation's decode as memory traffic: the bytes each decode step moves per device (the
     roofline's decode memory bound over its steps), how the cache is read, and the least time
     per step at the datasheet's HBM bandwidth (None: no decode step, or not generation)."""
     from ..plan.roofline import kv_bucket
-    from ..plan.types import InferWorkload, LlamaModel
+    from ..plan.types import CausalLM, InferWorkload
 
-    if not isinstance(plan.workload, InferWorkload) or not isinstance(plan.model, LlamaModel):
+    if not isinstance(plan.workload, InferWorkload) or not isinstance(plan.model, CausalLM):
         return None
     decode = next((p for p in line.phases if p.name == "decode"), None)
     if decode is None:
@@ -150,6 +161,7 @@ def _record(plan, calibration=None) -> dict:
         "point_values": dict(plan.point_values),
         "smoke": plan.smoke,
         "parameters": counts["transformer"],
+        "active_parameters": _active_parameters(plan),
         "pipeline_parameters": counts if len(counts) > 1 else None,
         "flops": _flops_lines(plan)[0],
         "forward_flops_per_sample": plan.cost.forward_flops_per_sample,
@@ -277,6 +289,11 @@ def _text(record: dict, plan, measured=None) -> str:
     lines = [f"{record['experiment']} / {record['target']} / {record['point']}{smoke}",
              f"  point       {point}",
              f"  parameters  {record['parameters']:,}"]  # fmt: skip
+    if record["active_parameters"] is not None:
+        m = plan.model
+        active = f"{record['active_parameters']:,} active per token"
+        lines[-1] += (f" in all; {active} ({m.experts_per_token} of {m.experts} experts per layer, and the "
+                      "router): FLOPs count the active ones")  # fmt: skip
     if record["pipeline_parameters"]:
         parts = record["pipeline_parameters"]
         others = ", ".join(f"{k} {v:,}" for k, v in parts.items() if k != "transformer")

@@ -15,15 +15,17 @@ MMDiT (diffusers' SD3Transformer2DModel), hidden h, L joint blocks, the last one
 The parameter count is exact for diffusers' model (tested against it); FLOPs are tested
 against torch's FLOP counter on a small model.
 
-Llama (transformers' LlamaForCausalLM): the q and o projections are hidden x heads * head_dim,
-k and v hidden x kv_heads * head_dim; head_dim defaults to hidden / heads (q and o square). A
-spec may set another head_dim (one tensor-parallel rank of a larger model: 8 of Llama-2-70B's
-64 heads over the full hidden size); parameters are tested against transformers for both.
+Causal LMs (any transformers family, plan/census.py): counted from the model built on the
+meta device, not from a formula per family: the Linear weights a token multiplies through
+(in a mixture of experts, the router and experts_per_token of each layer's experts), the
+output head, each layer's query width and sliding window. Tested against transformers'
+parameter counts and torch's FLOP counter per family (tests/test_causal_lm.py).
 """
 
 from __future__ import annotations
 
 from ..records import frozen
+from .census import Census
 
 TIMESTEP_CHANNELS = 256  # diffusers' Timesteps(num_channels=256) in the SD3 time embedding
 MLP_RATIO = 4
@@ -93,61 +95,41 @@ def mmdit_cost(
     return ModelCost(params, forward, 3.0 * forward)
 
 
-def _llama_widths(hidden: int, heads: int, kv_heads: int, head_dim: int | None) -> tuple[int, int]:
-    """(q, kv): the widths of the query (and attention output) and of the key and value
-    projections. head_dim None: hidden / heads, so q is as wide as the hidden size."""
-    if head_dim is None:
-        return hidden, kv_heads * (hidden // heads)
-    return heads * head_dim, kv_heads * head_dim
+def _keys_per_query(length: int, window: int | None) -> int:
+    """Keys a query attends to in a sequence of `length` (no causal discount, as the PaLM
+    convention): all of them, or at most the sliding window."""
+    return length if window is None else min(length, window)
 
 
-def llama_params(hidden: int, layers: int, heads: int, kv_heads: int, intermediate: int, vocab: int, *,
-                 head_dim: int | None = None) -> int:  # fmt: skip
-    """transformers' LlamaForCausalLM (no biases, untied input and output embeddings). q and o
-    are hidden x heads * head_dim, k and v hidden x kv_heads * head_dim (head_dim None:
-    hidden / heads)."""
-    q, kv = _llama_widths(hidden, heads, kv_heads, head_dim)
-    attention = 2 * hidden * q + 2 * hidden * kv  # q, o; k, v
-    mlp = 3 * hidden * intermediate  # gate, up, down
-    norms = 2 * hidden
-    return layers * (attention + mlp + norms) + hidden + 2 * vocab * hidden  # final norm, embed, head
+def causal_lm_cost(census: Census, seq_len: int) -> ModelCost:
+    """FLOPs per *sequence* of seq_len tokens: 2 x the layer matmul weights a token multiplies
+    through (the active experts and the router in a mixture of experts) plus the output head,
+    x tokens; attention scores and values per layer, each q_width wide, over seq_len queries
+    x the keys each attends to (the whole sequence: the PaLM convention of 6N + 12 L h T per
+    token, causal masking not discounted; at most the window for a sliding-window layer)."""
+    matmul = census.active_matmul + census.head
+    attention = sum(4.0 * census.q_width * seq_len * _keys_per_query(seq_len, w) for w in census.windows)
+    forward = 2.0 * matmul * seq_len + attention
+    return ModelCost(census.params, forward, 3.0 * forward)
 
 
-def _llama_matmul_weights(hidden: int, layers: int, heads: int, kv_heads: int, intermediate: int,
-                          vocab: int, *, head_dim: int | None = None) -> int:  # fmt: skip
-    """Weights every token multiplies through: attention and MLP projections of each layer,
-    and the output head (the input embedding is a lookup, not a matmul)."""
-    q, kv = _llama_widths(hidden, heads, kv_heads, head_dim)
-    per_layer = 2 * hidden * q + 2 * hidden * kv + 3 * hidden * intermediate
-    return layers * per_layer + vocab * hidden
+def _context_keys(input_tokens: int, steps: int, window: int | None) -> int:
+    """Keys attended to over a prefill of input_tokens queries (each over the prompt, or its
+    window) and `steps` decode steps (step t over input + t keys, at most the window)."""
+    prefill = input_tokens * _keys_per_query(input_tokens, window)
+    if window is None or input_tokens + steps <= window:  # an arithmetic series, in closed form
+        return prefill + steps * input_tokens + steps * (steps + 1) // 2
+    growing = max(0, min(steps, window - input_tokens))  # steps before the window is full
+    return prefill + growing * input_tokens + growing * (growing + 1) // 2 + (steps - growing) * window
 
 
-def llama_cost(hidden: int, layers: int, heads: int, kv_heads: int, intermediate: int, vocab: int,
-               seq_len: int, *, head_dim: int | None = None) -> ModelCost:  # fmt: skip
-    """FLOPs per *sequence* of seq_len tokens: 2 x matmul weights x tokens, plus attention
-    scores and values over the full seq_len x seq_len, each heads x head_dim wide (the
-    convention of the PaLM paper's 6N + 12 L h T per token; causal masking is not discounted)."""
-    shape = (hidden, layers, heads, kv_heads, intermediate, vocab)
-    q, _ = _llama_widths(hidden, heads, kv_heads, head_dim)
-    matmul = _llama_matmul_weights(*shape, head_dim=head_dim)
-    forward = 2.0 * matmul * seq_len + layers * 4.0 * seq_len * seq_len * q
-    return ModelCost(llama_params(*shape, head_dim=head_dim), forward, 3.0 * forward)
-
-
-def llama_generate_flops(hidden: int, layers: int, heads: int, kv_heads: int, intermediate: int,
-                         vocab: int, input_tokens: int, output_tokens: int, *,
-                         head_dim: int | None = None) -> float:  # fmt: skip
+def causal_lm_generate_flops(census: Census, input_tokens: int, output_tokens: int) -> float:
     """Forward FLOPs to prefill `input_tokens` and generate `output_tokens` with a KV cache:
-    every token fed costs 2 x the layers' matmul weights and attends to all tokens before it
-    (4 L x heads x head_dim x context); the output head runs once per generated token
-    (generate keeps only the prompt's last logits). Work a static cache pads in (attention
-    over its unfilled positions) is not model work and not counted."""
-    q, _ = _llama_widths(hidden, heads, kv_heads, head_dim)
-    matmul = _llama_matmul_weights(hidden, layers, heads, kv_heads, intermediate, vocab, head_dim=head_dim)
-    head = vocab * hidden
+    every token fed costs 2 x the layers' active matmul weights and attends to the tokens
+    before it (4 x q_width per key, at most the window's keys); the output head runs once per
+    generated token (generate keeps only the prompt's last logits). Work a static cache pads
+    in (attention over its unfilled positions) is not model work and not counted."""
     tokens = input_tokens + output_tokens - 1  # the last generated token is not fed back
-    # the prefill attends input x input; decode step t (1 .. output - 1) attends input + t:
-    # an arithmetic series, summed in closed form
     steps = output_tokens - 1
-    context = input_tokens * input_tokens + steps * input_tokens + steps * (steps + 1) // 2
-    return 2.0 * (matmul - head) * tokens + 2.0 * head * output_tokens + 4.0 * layers * q * context
+    attention = sum(4.0 * census.q_width * _context_keys(input_tokens, steps, w) for w in census.windows)
+    return 2.0 * census.active_matmul * tokens + 2.0 * census.head * output_tokens + attention

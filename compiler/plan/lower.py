@@ -22,13 +22,14 @@ from ..catalog.sd3_components import CLIP_TOKENS
 from ..catalog.targets import Target
 from ..diagnostics import BenchError, Diagnostic, choices_hint
 from ..frontend.document import Document
-from .flops import ModelCost, llama_cost, llama_generate_flops, llama_params, mmdit_cost
+from .causal_lm import build_causal_lm, resolve_causal_lm
+from .flops import ModelCost, causal_lm_cost, causal_lm_generate_flops, mmdit_cost
 from .tuning import DEFAULT_TIER
 from .tuning import derive as derive_tuning
 from .types import (
+    CausalLM,
     Cluster,
     InferWorkload,
-    LlamaModel,
     Measure,
     MMDiTModel,
     Optimizer,
@@ -130,9 +131,25 @@ MODEL_DEFAULTS = {
         "intermediate": None,
         "vocab": 32000,
         "max_positions": 4096,
+        "rope_theta": None,  # the family's
+        "tie_embeddings": None,
+        "model_type": "llama",
+        "config": None,
+        "config_extra": {},  # a preset's or config folder's config keys beyond the settings
         "weights": None,
     },
 }
+# any transformers causal LM: every unset setting is its family's default (catalog/causal_lm.py)
+MODEL_DEFAULTS["causal_lm"] = {
+    **dict.fromkeys(MODEL_DEFAULTS["llama"]),
+    "experts": None,
+    "experts_per_token": None,
+    "sliding_window": None,
+    "config_extra": {},
+}
+# the spec's model kind -> the plan's: `model llama` is a causal LM of model_type llama
+PLAN_KIND = {"llama": "causal_lm"}
+CAUSAL_KINDS = ("llama", "causal_lm")
 MODEL_DEFAULTS["sd3"] = {
     **MODEL_DEFAULTS["mmdit"],
     "text_encoders": ["clip_l", "clip_g", "t5"],
@@ -142,21 +159,22 @@ REQUIRED_MODEL = {
     "mmdit": ("depth",),
     "sd3": ("depth",),
     "llama": ("hidden", "layers", "heads", "intermediate"),
+    "causal_lm": ("hidden", "layers", "heads", "intermediate"),
 }
 
 # Workload settings that only make sense for some model kinds, and the default per kind.
 WORKLOAD_FIELDS = {
     ("train", "mmdit"): {"resolution": 256, "objective": "rectified_flow"},
-    ("train", "llama"): {"seq_len": 2048, "objective": "causal_lm"},
+    ("train", "causal_lm"): {"seq_len": 2048, "objective": "causal_lm"},
     ("infer", "sd3"): {"resolution": 1024, "denoising_steps": 28, "guidance": 7.0},
-    ("infer", "llama"): {"input_tokens": 128, "output_tokens": 128, "kv_cache": "static"},
+    ("infer", "causal_lm"): {"input_tokens": 128, "output_tokens": 128, "kv_cache": "static"},
 }
 KIND_SPECIFIC = {"resolution", "seq_len", "objective", "denoising_steps", "guidance",
                  "input_tokens", "output_tokens", "kv_cache"}  # fmt: skip
 # The metrics each workload measures (catalog/metrics.py); the first is the default headline.
 METRICS = {workload: metrics_of(*workload) for workload in WORKLOAD_FIELDS}
 DEFAULT_METRIC = {key: metrics[0] for key, metrics in METRICS.items()}
-OBJECTIVES = {"mmdit": "rectified_flow", "llama": "causal_lm"}
+OBJECTIVES = {"mmdit": "rectified_flow", "causal_lm": "causal_lm"}
 
 
 @dataclass
@@ -194,7 +212,8 @@ def resolve(settings: Settings) -> Resolved:
                        "or an infer { ... } block (inference latency and throughput)")
         )  # fmt: skip
     kind = workloads[0]
-    supported = {w for w, m in WORKLOAD_FIELDS if m == model_kind}
+    family = PLAN_KIND.get(model_kind, model_kind)
+    supported = {w for w, m in WORKLOAD_FIELDS if m == family}
     if kind not in supported:
         hint = {
             ("train", "sd3"): "the sd3 block is the whole inference pipeline; to train its "
@@ -206,11 +225,12 @@ def resolve(settings: Settings) -> Resolved:
             Diagnostic(f"model {model_kind} has no {kind} workload", settings.span((kind,), True),
                        hint=hint)
         )  # fmt: skip
-    own = WORKLOAD_FIELDS[(kind, model_kind)]
+    own = WORKLOAD_FIELDS[(kind, family)]
     workload = dict(DEFAULTS[kind])
     for key, value in settings.get((kind,), {}).items():
         if key in KIND_SPECIFIC and key not in own:
             applies = sorted({m for (w, m), fields in WORKLOAD_FIELDS.items() if key in fields})
+            applies = ["llama or causal_lm" if m == "causal_lm" else m for m in applies]
             problems.append(
                 Diagnostic(
                     f"{kind}.{key} does not apply to model {model_kind}",
@@ -232,7 +252,7 @@ def resolve(settings: Settings) -> Resolved:
     for name in ("cluster", "parallel", "measure", "slurm"):
         sections[name] = {**DEFAULTS[name], **settings.get((name,), {})}
     if sections["measure"]["metric"] is None:
-        sections["measure"]["metric"] = DEFAULT_METRIC[(kind, model_kind)]
+        sections["measure"]["metric"] = DEFAULT_METRIC[(kind, family)]
     if problems:
         raise BenchError(problems)
     return Resolved(model_kind, model, kind, workload, sections["cluster"], sections["parallel"],
@@ -257,6 +277,8 @@ def _resolve_model(settings: Settings, kind: str, problems: list) -> dict:
         preset_values = known[preset]
         model.update(preset_values)
     model.update(written)
+    if kind in CAUSAL_KINDS:
+        resolve_causal_lm(settings, kind, model, written, problems)
     if model["weights"] is not None:  # the checkpoint gives the shape the spec left to it
         resolve_weights(settings, kind, model, preset_values, problems)
     if kind == "sd3" and "text_tokens" in written:
@@ -268,7 +290,7 @@ def _resolve_model(settings: Settings, kind: str, problems: list) -> dict:
             )
         )
     missing = [key for key in REQUIRED_MODEL[kind] if model.get(key) is None]
-    if missing and model["weights"] is not None:  # its weights error says why
+    if missing and (model["weights"] is not None or model.get("config") is not None):  # its error says why
         model.update(dict.fromkeys(missing, 1))
     elif missing:
         presets = ", ".join(f'"{p}"' for p in PRESETS[kind])
@@ -297,7 +319,7 @@ def build(resolved: Resolved, variant: Variant, target: Target, smoke: bool,
     tensor, pipeline = int(p["tensor"]), int(p["pipeline"])
     data = int(p["data"]) if p["data"] is not None else max(1, cluster.world_size // (tensor * pipeline))
     parallel = Parallel(data, tensor, pipeline, p["sharding"], bool(p["activation_checkpointing"]))
-    model = _build_model(r.model_kind, r.model)
+    model = _build_model(r.model_kind, r.model, r.settings)
     transformer = model.transformer if isinstance(model, SD3Pipeline) else model
     w = r.workload
     if r.workload_kind == "train":
@@ -396,9 +418,8 @@ def _prices(block) -> PriceList | None:
 
 def _cost(model, workload) -> ModelCost | None:
     """Model size and FLOPs per sample (an image, or a sequence) where modelled (plan/flops.py)."""
-    if isinstance(model, LlamaModel) and isinstance(workload, TrainWorkload):
-        return llama_cost(model.hidden, model.layers, model.heads, model.kv_heads, model.intermediate,
-                          model.vocab, workload.seq_len, head_dim=model.head_dim)  # fmt: skip
+    if isinstance(model, CausalLM) and isinstance(workload, TrainWorkload):
+        return causal_lm_cost(model.census, workload.seq_len)
     if isinstance(model, SD3Pipeline) and workload.image_tokens:
         # the transformer's FLOPs only (text encoders and VAE are not counted), per image:
         # one forward per denoising step, two with classifier-free guidance
@@ -408,11 +429,9 @@ def _cost(model, workload) -> ModelCost | None:
                           CLIP_TOKENS + model.t5_tokens)  # fmt: skip
         passes = workload.denoising_steps * (2 if workload.classifier_free_guidance else 1)
         return ModelCost(step.params, step.forward_flops_per_sample * passes, None)
-    if isinstance(model, LlamaModel) and workload.input_tokens:
-        shape = (model.hidden, model.layers, model.heads, model.kv_heads, model.intermediate, model.vocab)
-        forward = llama_generate_flops(*shape, workload.input_tokens, workload.output_tokens,
-                                       head_dim=model.head_dim)  # fmt: skip
-        return ModelCost(llama_params(*shape, head_dim=model.head_dim), forward, None)
+    if isinstance(model, CausalLM) and workload.input_tokens:
+        forward = causal_lm_generate_flops(model.census, workload.input_tokens, workload.output_tokens)
+        return ModelCost(model.census.params, forward, None)
     if isinstance(model, MMDiTModel) and workload.image_tokens:
         return mmdit_cost(
             model.depth, model.hidden, model.patch, model.in_channels, model.joint_attention_dim,
@@ -448,16 +467,9 @@ def _image_shape(resolution, transformer) -> dict:
     }
 
 
-def _build_model(kind: str, m: dict):
-    if kind == "llama":
-        hidden, heads = int(m["hidden"]), int(m["heads"])
-        return LlamaModel(
-            preset=m["preset"], hidden=hidden, layers=int(m["layers"]), heads=heads,
-            kv_heads=int(m["kv_heads"] if m["kv_heads"] is not None else heads),
-            head_dim=int(m["head_dim"]) if m.get("head_dim") is not None else hidden // heads,
-            intermediate=int(m["intermediate"]),
-            vocab=int(m["vocab"]), max_positions=int(m["max_positions"]), weights=m["weights"],
-        )  # fmt: skip
+def _build_model(kind: str, m: dict, settings: Settings):
+    if kind in CAUSAL_KINDS:
+        return build_causal_lm(m, settings.span(("model", kind), True))
     depth = int(m["depth"])
     heads = int(m["heads"] if m["heads"] is not None else depth)
     hidden = heads * int(m["head_dim"])

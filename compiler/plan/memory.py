@@ -55,8 +55,8 @@ import os
 
 from ..catalog.sd3_components import CLIP_TOKENS, FULL, SMOKE
 from ..records import frozen
-from .flops import MLP_RATIO, llama_params, mmdit_params
-from .types import InferWorkload, LlamaModel, MMDiTModel, Plan, SD3Pipeline
+from .flops import MLP_RATIO, mmdit_params
+from .types import CausalLM, InferWorkload, MMDiTModel, Plan, SD3Pipeline
 
 GB = 1e9  # decimal, as the vendors state memory_gb
 BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
@@ -178,10 +178,9 @@ def block_and_root(plan: Plan) -> tuple[int, int]:
     they differ) and of the rest, the root: embeddings, final norm and head. The MMDiT's last
     block is smaller (its text side is context pre-only): counted as such, not as a full block."""
     m, total = plan.model, plan.cost.params
-    if isinstance(m, LlamaModel):
-        shape = (m.hidden, m.layers, m.heads, m.kv_heads, m.intermediate, m.vocab)
-        block = total - llama_params(m.hidden, m.layers - 1, *shape[2:], head_dim=m.head_dim)
-        return block, total - m.layers * block
+    if isinstance(m, CausalLM):  # counted on the meta device (plan/census.py)
+        block = m.census.largest_layer
+        return block, max(0, total - m.layers * block)
     t = m.transformer if isinstance(m, SD3Pipeline) else m
     args = (t.hidden, t.patch, t.in_channels, t.joint_attention_dim, t.pooled_projection_dim,
             t.head_dim, t.qk_norm)  # fmt: skip
@@ -194,7 +193,7 @@ def local_weights(plan: Plan) -> float:
     """Parameters one device holds for inference: tensor parallel splits each layer's
     projections t ways; norms, embeddings and the output head stay whole on every device."""
     m, t = plan.model, plan.dims.tensor
-    if not isinstance(m, LlamaModel) or not plan.dims.tensor_parallel:
+    if not isinstance(m, CausalLM) or not plan.dims.tensor_parallel:
         return float(sum(parameters(plan).values()))
     block, root = block_and_root(plan)
     norms = 2 * m.hidden
@@ -220,7 +219,7 @@ def whole_build(plan: Plan) -> float:
         if not dims.tensor_parallel or dims.meta_init:
             return 0.0
         b, t = BYTES[w.precision], dims.tensor
-        largest = m.hidden * max(m.heads * m.head_dim, m.intermediate) if isinstance(m, LlamaModel) else 0
+        largest = m.hidden * max(m.heads * m.head_dim, m.mlp_width) if isinstance(m, CausalLM) else 0
         return b * sum(parameters(plan).values()) + b * largest * (1 + 1 / t)
     if dims.zero_stage == 3 and dims.distributed:
         return 0.0
@@ -285,7 +284,7 @@ def _head_params(plan: Plan) -> int:
     """The parameters the backward reaches first: Llama's final norm and output head, the
     MMDiT's final AdaLayerNorm and projection."""
     m = plan.model
-    if isinstance(m, LlamaModel):
+    if isinstance(m, CausalLM):
         return m.vocab * m.hidden + m.hidden
     h = m.hidden
     return (h * 2 * h + 2 * h) + (h * m.patch**2 * m.in_channels + m.patch**2 * m.in_channels)
@@ -295,8 +294,8 @@ def largest_parameter(plan: Plan) -> int:
     """Elements of the model's largest parameter: Llama's embedding or output head (or an MLP
     projection), the MMDiT's AdaLayerNorm modulation (h -> 6h) or its context embedder."""
     m = plan.model
-    if isinstance(m, LlamaModel):
-        return max(m.vocab, m.intermediate, m.heads * m.head_dim) * m.hidden
+    if isinstance(m, CausalLM):
+        return m.census.largest_param
     return max(6 * m.hidden * (m.hidden + 1), (m.joint_attention_dim + 1) * m.hidden)
 
 
@@ -315,9 +314,9 @@ def backward_units(plan: Plan, halves: bool = True) -> list[Unit]:
     copies = b if dims.effective_sharding == "none" and b < FP32 else 0
     block, root = block_and_root(plan)
     head = _head_params(plan)
-    if isinstance(m, LlamaModel):
+    if isinstance(m, CausalLM):
         per, tokens = _llama_layer(plan, m, w.seq_len), w.micro_batch * w.seq_len
-        mlp = 3 * m.hidden * m.intermediate + m.hidden  # gate, up, down; the norm before them
+        mlp = m.mlp_params  # gate, up, down (every expert's, and the router); the norm before them
         blocks = [(f"layer {i}", block, tokens, tokens * per["layer"], tokens * per["mlp"], mlp)
                   for i in range(m.layers, 0, -1)]  # fmt: skip
         head_saved, embed_saved = tokens * per["head"], 0.0  # the embedding keeps only the ids
@@ -359,7 +358,7 @@ def model_buffers(plan: Plan, dtype_bytes: int) -> float:
     (head_dim / 2 floats) is left out."""
     m = plan.model
     t = m.transformer if isinstance(m, SD3Pipeline) else m
-    if isinstance(t, LlamaModel):
+    if isinstance(t, CausalLM):
         return 0.0
     ids = 2 * CLIP_TOKENS * 8 if isinstance(m, SD3Pipeline) else 0
     return float(dtype_bytes * t.pos_embed_max_size**2 * t.hidden + ids)
@@ -372,7 +371,7 @@ def training_batch(plan: Plan) -> tuple[float, float]:
     in fp32, the target and the squared error, each latent-sized. Llama: the token ids (int64);
     its loss (logits, their fp32 copy, log-softmax) is the head's activations."""
     w, m = plan.workload, plan.model
-    if isinstance(m, LlamaModel):
+    if isinstance(m, CausalLM):
         return 8.0 * w.micro_batch * w.seq_len, 0.0
     latent = FP32 * w.micro_batch * m.in_channels * w.latent_size**2
     text = FP32 * w.micro_batch * (m.text_tokens * m.joint_attention_dim + m.pooled_projection_dim)
@@ -387,8 +386,8 @@ def _gradient_flow(plan: Plan, unit: Unit) -> float:
     b, _, r = _dtypes(plan)
     if unit.name in ("head", "embeddings"):
         return 0.0
-    if isinstance(m, LlamaModel):
-        tokens, width = w.micro_batch * w.seq_len, m.intermediate
+    if isinstance(m, CausalLM):
+        tokens, width = w.micro_batch * w.seq_len, m.mlp_width
     else:
         tokens, width = w.micro_batch * (w.image_tokens + m.text_tokens), MLP_RATIO * m.hidden
     return tokens * (2 * r * m.hidden + b * width)
@@ -725,7 +724,7 @@ def _dtypes(plan: Plan) -> tuple[int, int, int]:
 def eager_attention(plan: Plan) -> bool:
     """Attention that materialises its score matrix (Gaudi's Llama without FusedSDPA too)."""
     w = plan.workload
-    hpu_llama = isinstance(plan.model, LlamaModel) and plan.target.family == "hpu"
+    hpu_llama = isinstance(plan.model, CausalLM) and plan.target.family == "hpu"
     return w.attention == "eager" or (hpu_llama and w.attention != "fused")
 
 
@@ -746,7 +745,7 @@ def _mmdit_block(plan: Plan, m: MMDiTModel, image: int, text: int) -> dict[str, 
     return {"full": full, "last_text": 2 * n * h + 4 * b * h + joint, "head": (2 * n + b) * h, "mlp": mlp}
 
 
-def _llama_layer(plan: Plan, m: LlamaModel, tokens: int) -> dict[str, float]:
+def _llama_layer(plan: Plan, m: CausalLM, tokens: int) -> dict[str, float]:
     """Bytes saved by one decoder layer, per token (transformers' LlamaDecoderLayer): two
     RMSNorms, each its fp32 upcast, the normalised output and the weighted output,
     (4 + r + b)h; q, k, v after RoPE, the attention output and the o_proj input copy,
@@ -759,8 +758,8 @@ def _llama_layer(plan: Plan, m: LlamaModel, tokens: int) -> dict[str, float]:
     attend = FP32 * m.heads
     if eager_attention(plan):
         attend = (FP32 + b) * m.heads * tokens + b * 2 * (q - kv)
-    mlp = (FP32 + r + b) * h + 4 * b * m.intermediate  # its RMSNorm, gate, SiLU, up, product
-    layer = 2 * (FP32 + r + b) * h + b * (3 * q + 2 * kv) + 4 * b * m.intermediate + attend
+    mlp = (FP32 + r + b) * h + 4 * b * m.mlp_width  # its RMSNorm, gate, SiLU, up, product
+    layer = 2 * (FP32 + r + b) * h + b * (3 * q + 2 * kv) + 4 * b * m.mlp_width + attend
     return {"layer": layer, "head": (FP32 + r + b) * h + (b + 8) * m.vocab, "mlp": mlp}
 
 
@@ -768,7 +767,7 @@ def training_activations(plan: Plan, checkpointing: bool) -> float:
     """Activations per device at the start of the backward, for one micro batch."""
     w, m = plan.workload, plan.model
     _, _, r = _dtypes(plan)
-    if isinstance(m, LlamaModel):
+    if isinstance(m, CausalLM):
         per = _llama_layer(plan, m, w.seq_len)
         kept = m.layers * (r * m.hidden if checkpointing else per["layer"])
         per_sample = w.seq_len * (kept + (per["layer"] if checkpointing else 0) + per["head"])
@@ -790,7 +789,7 @@ def kv_cache(plan: Plan) -> float:
     """transformers' static cache (and optimum-habana's): keys and values of every layer for
     input + output tokens, this device's share of the KV heads, in the model's precision."""
     m, w = plan.model, plan.workload
-    if not isinstance(m, LlamaModel):
+    if not isinstance(m, CausalLM):
         return 0.0
     heads = m.kv_heads / plan.dims.tensor
     return (
@@ -815,9 +814,9 @@ def inference_working(plan: Plan) -> tuple[float, str]:
     """The largest transient tensors of an inference call (no activations are kept)."""
     m, w = plan.model, plan.workload
     b, t = BYTES[w.precision], plan.dims.tensor
-    if isinstance(m, LlamaModel):
+    if isinstance(m, CausalLM):
         tokens = w.batch * w.input_tokens
-        working = tokens * ((2 * FP32 + 3 * b) * m.hidden + 3 * m.intermediate / t * b)
+        working = tokens * ((2 * FP32 + 3 * b) * m.hidden + 3 * m.mlp_width / t * b)
         if eager_attention(plan):
             working += w.batch * m.heads / t * w.input_tokens**2 * (FP32 + b)
         scores = ", + one layer's scores" if eager_attention(plan) else ""

@@ -15,7 +15,6 @@ in validate/semantic.py, which reads `fills_world` and `degrees` from here.
 from __future__ import annotations
 
 from ..records import frozen
-from .flops import llama_params
 
 SHARDINGS = ("none", "fsdp", "zero1", "zero2", "zero3")  # the schema's parallel.sharding
 META_INIT_PARAMS = 2e9  # inference: from this size, split the model before allocating it
@@ -112,10 +111,8 @@ def builds_on_meta(model, work) -> bool:
     inference does for models of 2B parameters and more: DTensor on CPU and CUDA, DeepSpeed's
     AutoTP on Gaudi (it materialises a meta model's shards on the card; the program then fills
     them). A model with local weights is loaded whole. (The MMDiT is always built whole.)"""
-    if model.kind != "llama" or model.weights is not None:
+    if model.kind != "causal_lm" or model.weights is not None:
         return False
     if work.kind != "infer":
         return True
-    size = llama_params(model.hidden, model.layers, model.heads, model.kv_heads, model.intermediate,
-                        model.vocab, head_dim=model.head_dim)  # fmt: skip
-    return size >= META_INIT_PARAMS
+    return model.census.params >= META_INIT_PARAMS

@@ -31,9 +31,9 @@ from ..figures import normal_unit, sig
 from ..records import frozen
 from .bounds import Bound, Ceilings, measured_compute, measured_interconnect, measured_memory
 from .bounds import gb as _gb
-from .flops import llama_generate_flops
+from .flops import causal_lm_generate_flops
 from .memory import BYTES, FP32, local_weights, parameters
-from .types import InferWorkload, LlamaModel, Plan
+from .types import CausalLM, InferWorkload, Plan
 
 RECOMPUTE = 4 / 3  # activation checkpointing runs the forward again: 4 passes' FLOPs, not 3
 
@@ -349,8 +349,7 @@ def _generation(plan: Plan, ceilings: Ceilings | None = None) -> tuple[Phase, ..
     and the token's keys and values written."""
     m, w, t = plan.model, plan.workload, plan.dims.tensor
     b, batch, ins, outs = BYTES[w.precision], w.batch, w.input_tokens, w.output_tokens
-    shape = (m.hidden, m.layers, m.heads, m.kv_heads, m.intermediate, m.vocab)
-    prefill_flops = llama_generate_flops(*shape, ins, 1, head_dim=m.head_dim)
+    prefill_flops = causal_lm_generate_flops(m.census, ins, 1)
     decode_flops = plan.cost.forward_flops_per_sample - prefill_flops
     table = b * m.vocab * m.hidden  # the input embedding, whole on every device
 
@@ -416,10 +415,10 @@ def roofline(plan: Plan, ceilings: Ceilings | None = None) -> Roofline:
     lower = METRICS[metric].lower_is_better
     if not isinstance(w, InferWorkload):
         phases = _training(plan, ceilings)
-        tokens = w.seq_len if isinstance(plan.model, LlamaModel) else 1
+        tokens = w.seq_len if isinstance(plan.model, CausalLM) else 1
         items, per = w.global_batch * tokens, plan.cost.train_flops_per_sample / tokens
         label = "token" if tokens > 1 else "image"
-    elif isinstance(plan.model, LlamaModel):
+    elif isinstance(plan.model, CausalLM):
         phases = _generation(plan, ceilings)
         items, label = w.batch * w.output_tokens, "output token"
         per = plan.cost.forward_flops_per_sample / w.output_tokens  # the sequence's, over its outputs
@@ -516,7 +515,7 @@ def judge(plan: Plan, line: Roofline, ref) -> Verdict:
                        else f"the figure is {of_bound:.2f}x as fast as that" if impossible
                        else f"the figure reaches {of_bound:.0%} of that speed"))  # fmt: skip
     share = moved = None
-    generation = isinstance(plan.model, LlamaModel) and isinstance(plan.workload, InferWorkload)
+    generation = isinstance(plan.model, CausalLM) and isinstance(plan.workload, InferWorkload)
     if generation and rate is not None and line.items:
         # bound by memory: the figure as the bytes each device must move per second at its rate
         moved = job / line.items * line.memory_bytes

@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 
-from ..catalog.presets import SMOKE_LLAMA_HEAD_DIM, SMOKE_MODEL
+from ..catalog.presets import SMOKE_EXPERTS, SMOKE_LLAMA_HEAD_DIM, SMOKE_MODEL, SMOKE_SLIDING_WINDOW
 from .lower import Resolved
 
 SMOKE_PROCESSES = 2
@@ -43,7 +43,7 @@ def shrink(resolved: Resolved, real_grad_accum: int = 1) -> Resolved:
     r.parallel["data"] = processes // (r.parallel["tensor"] * r.parallel["pipeline"])
 
     model = r.model
-    if r.model_kind == "llama":
+    if r.model_kind in ("llama", "causal_lm"):
         grouped = model["kv_heads"] is not None and int(model["kv_heads"]) < int(model["heads"])
         written = model.get("head_dim")
         own_head_dim = written is not None and int(written) * int(model["heads"]) != int(model["hidden"])
@@ -51,6 +51,13 @@ def shrink(resolved: Resolved, real_grad_accum: int = 1) -> Resolved:
         model["kv_heads"] = 2 if grouped else model["heads"]  # keep grouped-query attention
         # keep a head_dim other than hidden / heads (q and o not square), at the smoke size
         model["head_dim"] = SMOKE_LLAMA_HEAD_DIM if own_head_dim else None
+        if model.get("experts"):  # keep routing: a token to 2 of 4 experts
+            model.update(SMOKE_EXPERTS)
+        if model.get("sliding_window"):  # keep the window, shorter than the smoke sequence
+            model["sliding_window"] = SMOKE_SLIDING_WINDOW
+        extra = dict(model.get("config_extra") or {})
+        extra.pop("layer_types", None)  # laid out again for the smoke model's layers
+        model["config_extra"] = extra
     else:
         model.update(SMOKE_MODEL[r.model_kind])
         model["caption_projection_dim"] = None  # derived: the smoke model's hidden size

@@ -4,17 +4,23 @@ from __future__ import annotations
 
 from ..diagnostics import printable
 from .roofline import kv_bucket
-from .types import InferWorkload, LlamaModel, Plan, SD3Pipeline
+from .types import CausalLM, InferWorkload, Plan, SD3Pipeline
 
 
 def _model_line(plan: Plan) -> str:
     model = plan.model
-    if isinstance(model, LlamaModel):
-        return (
-            f"llama {model.preset or ''} hidden {model.hidden}, {model.layers} layers, "
+    if isinstance(model, CausalLM):
+        name = f"{model.model_type} ({model.preset})" if model.preset else model.model_type
+        text = (
+            f"{name}: hidden {model.hidden}, {model.layers} layers, "
             f"{model.heads} heads ({model.kv_heads} KV, head dim {model.head_dim}), "
             f"intermediate {model.intermediate}, vocab {model.vocab}"
-        ).replace("llama  ", "llama ")
+        )
+        if model.experts:
+            text += f", {model.experts} experts ({model.experts_per_token} per token)"
+        if model.sliding_window:
+            text += f", sliding window {model.sliding_window}"
+        return text + (", tied embeddings" if model.tie_embeddings else "")
     transformer = model.transformer if isinstance(model, SD3Pipeline) else model
     text = (
         f"MMDiT d{transformer.depth}{' (' + transformer.preset + ')' if transformer.preset else ''}: "
@@ -56,7 +62,7 @@ def _workload_line(plan: Plan) -> str:
 
 def _decode_line(plan: Plan) -> str | None:
     """Generation: how much of the KV cache each step's attention reads (plan/roofline.py)."""
-    if not isinstance(plan.workload, InferWorkload) or not isinstance(plan.model, LlamaModel):
+    if not isinstance(plan.workload, InferWorkload) or not isinstance(plan.model, CausalLM):
         return None
     bucket = kv_bucket(plan)
     if bucket is None:

@@ -12,6 +12,7 @@ from functools import cached_property
 
 from ..catalog.targets import Target
 from ..records import as_dict, frozen
+from .census import Census
 from .flops import ModelCost
 from .parallel import ParallelDims
 from .tuning import Tuning
@@ -52,8 +53,14 @@ class SD3Pipeline:
 
 
 @frozen
-class LlamaModel:
+class CausalLM:
+    """A transformers causal LM (AutoModelForCausalLM of `model_type`), its shape as the built
+    config holds it. `census` is what the model holds, counted on the meta device
+    (plan/census.py): parameters, FLOPs and memory derive from it, never from a formula per
+    family. intermediate is the MLP's width, each expert's in a mixture of experts."""
+
     preset: str | None
+    model_type: str
     hidden: int
     layers: int
     heads: int
@@ -62,11 +69,30 @@ class LlamaModel:
     intermediate: int
     vocab: int
     max_positions: int
+    experts: int  # 0: dense
+    experts_per_token: int
+    sliding_window: int | None  # the largest window of any layer; None: full attention
+    rope_theta: float | None
+    tie_embeddings: bool
     weights: str | None
-    kind: str = "llama"
+    config: str  # the transformers config the program builds (JSON, config.json's form)
+    census: Census
+    kind: str = "causal_lm"
+
+    @property
+    def mlp_width(self) -> int:
+        """The MLP activations one token makes: intermediate, times the experts it is routed to."""
+        return self.intermediate * (self.experts_per_token if self.experts else 1)
+
+    @property
+    def mlp_params(self) -> int:
+        """Parameters of one layer's MLP (every expert and the router) and the norm before it."""
+        if self.experts:
+            return self.census.expert_matmul // self.layers + self.hidden * self.experts + self.hidden
+        return 3 * self.hidden * self.intermediate + self.hidden
 
 
-Model = MMDiTModel | SD3Pipeline | LlamaModel
+Model = MMDiTModel | SD3Pipeline | CausalLM
 
 
 @frozen

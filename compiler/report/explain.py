@@ -35,7 +35,7 @@ from .prices import Prices
 
 PER = {"images/s": (1_000, "1,000 images"), "tokens/s": (1e6, "1M tokens"),
        "output tokens/s": (1e6, "1M output tokens")}  # fmt: skip
-GENERATION_METRICS = metrics_of("infer", "llama")
+GENERATION_METRICS = metrics_of("infer", "causal_lm")
 
 
 @frozen

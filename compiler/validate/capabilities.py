@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 from ..diagnostics import Diagnostic
 from ..plan.lower import Resolved
-from ..plan.types import InferWorkload, LlamaModel, Plan, SD3Pipeline
+from ..plan.types import CausalLM, InferWorkload, Plan, SD3Pipeline
 
 # Precisions a target's chip has that benchc generates no program for yet (`benchc targets`
 # shows them apart; check refuses them with the reason).
@@ -66,7 +66,7 @@ def _not_generated(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:
                          f"{dims.data}",
                          _span(r, "parallel", "data"),
                          hint="set parallel.tensor to the world size")  # fmt: skip
-    if isinstance(plan.model, LlamaModel) and w.attention == "xformers":
+    if isinstance(plan.model, CausalLM) and w.attention == "xformers":
         yield Diagnostic("xformers attention is generated for MMDiT only", _span(r, w_kind, "attention"),
                          hint="write attention = fused or sdpa for llama")  # fmt: skip
 
@@ -150,7 +150,7 @@ def _gaudi_generation(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:
     hpu_graphs without lazy mode (transformers/generation/utils.py), and infer.compile runs
     eager mode (torch.compile with the HPU backend)."""
     w = plan.workload
-    if isinstance(plan.model, LlamaModel) and plan.target.family == "hpu" and w.graphs and w.compile:
+    if isinstance(plan.model, CausalLM) and plan.target.family == "hpu" and w.graphs and w.compile:
         yield Diagnostic(
             f"infer.compile with infer.graphs on {plan.target.name}: compile runs eager mode, and "
             "optimum-habana's HPU graphs need lazy mode",
@@ -164,7 +164,7 @@ def _generation(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:
     """Generation on cpu and cuda: transformers compiles the decode step, on CUDA only and only
     with a static KV cache; and no flash kernel takes the mask a static cache comes with."""
     w, family = plan.workload, plan.target.family
-    if not isinstance(plan.model, LlamaModel) or family == "hpu":
+    if not isinstance(plan.model, CausalLM) or family == "hpu":
         return
     if w.compile and family == "cpu":
         yield Diagnostic(

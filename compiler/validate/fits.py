@@ -20,7 +20,7 @@ import math
 from ..diagnostics import Diagnostic, Note
 from ..plan.lower import Resolved
 from ..plan.memory import GB, estimate_memory, parameters
-from ..plan.types import InferWorkload, LlamaModel, Plan
+from ..plan.types import CausalLM, InferWorkload, Plan
 
 BATCH_PARTS = ("activations", "kv_cache")  # what grows with the batch
 # the model settings that set its size, most telling first: the warning sits at the first written
@@ -77,10 +77,10 @@ def _remedies(plan: Plan, memory) -> list[str]:
         m = plan.model
         wider = dims.tensor * 2
         split = memory.host is None  # not on the cpu: one host holds all its processes
-        if isinstance(m, LlamaModel) and m.kv_heads % wider == 0 and split:
+        if isinstance(m, CausalLM) and m.kv_heads % wider == 0 and split:
             found.append(f"more tensor parallelism: parallel.tensor = {wider} on as many devices "
                          f"({verdict(_total_with(plan, tensor=wider))})")  # fmt: skip
-        elif not isinstance(m, LlamaModel):
+        elif not isinstance(m, CausalLM):
             found.append('a smaller model (preset = "sd3-medium"): the SD3 pipeline runs on one device')
         return found + _last(plan, memory)
     if not plan.parallel.activation_checkpointing:
@@ -124,7 +124,7 @@ def check_fits(plan: Plan, resolved: Resolved) -> list[Diagnostic]:
     kind = plan.workload.kind
     settings = resolved.settings
     if memory.build > memory.steady:
-        model = plan.model.kind
+        model = resolved.model_kind
         written = [k for k in SIZE_SETTINGS if settings.has(("model", model, k))]
         at = settings.span(("model", model, written[0])) if written else settings.span(("model", model), True)
         cause = (f"the peak is the build: the whole model ({_gb(memory.build)}) before it is "
@@ -133,7 +133,7 @@ def check_fits(plan: Plan, resolved: Resolved) -> list[Diagnostic]:
         at = settings.span((kind, "batch"))
         cause = f"what grows with the batch ({_gb(growing)}) is the larger share"
     else:
-        model = plan.model.kind
+        model = resolved.model_kind
         written = [k for k in SIZE_SETTINGS if settings.has(("model", model, k))]
         at = settings.span(("model", model, written[0])) if written else settings.span(("model", model), True)
         what = (

@@ -16,8 +16,9 @@ from collections.abc import Callable, Iterator
 from ..catalog.targets import TARGETS
 from ..diagnostics import Diagnostic, Span, choices_hint
 from ..plan.lower import METRICS, OBJECTIVES, Resolved
-from ..plan.types import InferWorkload, LlamaModel, Plan, SD3Pipeline, TrainWorkload
+from ..plan.types import CausalLM, InferWorkload, Plan, SD3Pipeline, TrainWorkload
 from .capabilities import check_capabilities
+from .families import check_families
 from .schema import setting_names
 
 Rule = Callable[[Plan, Resolved], Iterator[Diagnostic]]
@@ -33,7 +34,7 @@ def check_plan(plan: Plan, resolved: Resolved) -> list[Diagnostic]:
     found = []
     for check in RULES:
         found.extend(check(plan, resolved))
-    return found + check_capabilities(plan, resolved)
+    return found + check_capabilities(plan, resolved) + check_families(plan, resolved)
 
 
 def _span(resolved: Resolved, *path, key: bool = False) -> Span:
@@ -107,9 +108,9 @@ def heads_divide(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:
     """Attention heads (and KV heads) are split evenly across the tensor-parallel degree."""
     tensor = plan.dims.tensor
     model = plan.model.transformer if isinstance(plan.model, SD3Pipeline) else plan.model
-    kind = plan.model.kind
+    kind = r.model_kind
     counts = [("heads", model.heads)]
-    if isinstance(model, LlamaModel):
+    if isinstance(model, CausalLM):
         counts.append(("kv_heads", model.kv_heads))
     at = _span(r, "parallel", "tensor")
     for name, count in counts:
@@ -121,16 +122,16 @@ def heads_divide(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:
                 + ", ".join(str(d) for d in range(1, count + 1) if count % d == 0 and d <= 64),
                 notes=(),
             )
-    if isinstance(model, LlamaModel):
+    if isinstance(model, CausalLM):
         if model.hidden % model.heads and r.model.get("head_dim") is None:
             yield Diagnostic(
-                f"llama hidden ({model.hidden}) is not divisible by heads ({model.heads})",
+                f"{kind} hidden ({model.hidden}) is not divisible by heads ({model.heads})",
                 _span(r, "model", kind, "hidden"),
                 hint="rule: head_dim = hidden / heads must be a whole number (or set head_dim)",
             )
         if model.heads % model.kv_heads:
             yield Diagnostic(
-                f"llama heads ({model.heads}) is not a multiple of kv_heads ({model.kv_heads})",
+                f"{kind} heads ({model.heads}) is not a multiple of kv_heads ({model.kv_heads})",
                 _span(r, "model", kind, "kv_heads"),
                 hint="rule: grouped-query attention shares each KV head among heads / kv_heads query heads",
             )
@@ -140,13 +141,13 @@ def heads_divide(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:
 def llama_head_dim_even(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:
     """A Llama's head_dim is even: rotary position embeddings turn pairs of its dimensions."""
     model = plan.model
-    if not isinstance(model, LlamaModel) or model.head_dim % 2 == 0:
+    if not isinstance(model, CausalLM) or model.head_dim % 2 == 0:
         return
     written = r.model.get("head_dim") is not None
-    at = _span(r, "model", "llama", "head_dim" if written else "heads")
+    at = _span(r, "model", r.model_kind, "head_dim" if written else "heads")
     how = "" if written else f" (hidden / heads = {model.hidden} / {model.heads})"
     yield Diagnostic(
-        f"llama head_dim{how} is {model.head_dim}, an odd number",
+        f"{r.model_kind} head_dim{how} is {model.head_dim}, an odd number",
         at,
         hint="rule: head_dim % 2 == 0: rotary position embeddings rotate pairs of dimensions",
     )
@@ -193,7 +194,7 @@ def image_shape(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:
 def sequence_fits(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:
     """Token counts fit the model's position table."""
     model, w = plan.model, plan.workload
-    if not isinstance(model, LlamaModel):
+    if not isinstance(model, CausalLM):
         return
     if isinstance(w, TrainWorkload) and w.seq_len and w.seq_len > model.max_positions:
         yield Diagnostic(
@@ -251,12 +252,12 @@ def target_capabilities(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:
 def model_shapes(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:
     """MMDiT: the caption projection is as wide as the hidden size (diffusers adds the two)."""
     model = plan.model.transformer if isinstance(plan.model, SD3Pipeline) else plan.model
-    if isinstance(model, LlamaModel) or model.caption_projection_dim == model.hidden:
+    if isinstance(model, CausalLM) or model.caption_projection_dim == model.hidden:
         return
     yield Diagnostic(
         f"caption_projection_dim ({model.caption_projection_dim}) must equal the hidden size "
         f"heads x head_dim = {model.heads} x {model.head_dim} = {model.hidden}",
-        _span(r, "model", plan.model.kind, "caption_projection_dim"),
+        _span(r, "model", r.model_kind, "caption_projection_dim"),
         hint="rule: caption_projection_dim = heads x head_dim; leave it out to derive it",
     )
 
@@ -334,7 +335,7 @@ def weights_path_printable(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:
     if bad is not None:
         yield Diagnostic(
             f"the weights path holds a control character (U+{ord(bad):04X})",
-            _span(r, "model", plan.model.kind, "weights"),
+            _span(r, "model", r.model_kind, "weights"),
             hint="write the folder's path as it is on disk; no path holds control characters",
         )
 

@@ -1333,7 +1333,10 @@ def wrap_parallel(model, device, parallel: dict, world: int, dtype):
             fully_shard(block, mp_policy=policy)
         fully_shard(model, mp_policy=policy)
         return model
-    return DistributedDataParallel(model, **device.ddp_options())
+    options = device.ddp_options()
+    if PLAN["model"].get("experts"):  # an expert no token was routed to has no gradient
+        options["find_unused_parameters"] = True
+    return DistributedDataParallel(model, **options)
 
 
 def prepare_training(device, world: int, metrics: dict):

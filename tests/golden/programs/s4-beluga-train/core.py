@@ -1,22 +1,26 @@
 # ==== benchc: device-neutral core (no target code; unused blocks left out) ====
 def build_model(model_plan: dict):
-    """transformers' LlamaForCausalLM: local weights if named, else its config."""
+    """transformers' causal LM of the plan's model_type: local weights if named, else its
+    config."""
     if model_plan["weights"]:
-        return LlamaForCausalLM.from_pretrained(
+        return AutoModelForCausalLM.from_pretrained(
             model_plan["weights"], local_files_only=True
         )
-    return LlamaForCausalLM(LlamaConfig(**model_plan["config"]))
+    config = AutoConfig.for_model(model_plan["model_type"], **model_plan["config"])
+    return AutoModelForCausalLM.from_config(config=config)
 
 
 def initialize_weights(model) -> None:
-    """Parameters materialised from the meta device, initialised as transformers' Llama is
-    (matrices normal with the config's initializer_range, norm weights 1), whatever layer
-    holds them: DeepSpeed's tensor-parallel layers are no nn.Linear."""
+    """Parameters materialised from the meta device, initialised as transformers' causal LMs
+    are (matrices normal with the config's initializer_range, biases 0, norm weights 1),
+    whatever layer holds them: DeepSpeed's tensor-parallel layers are no nn.Linear."""
     std = model.config.initializer_range
     with torch.no_grad():
-        for parameter in model.parameters():
+        for name, parameter in model.named_parameters():
             if parameter.dim() >= 2:
                 parameter.normal_(mean=0.0, std=std)
+            elif name.endswith("bias"):
+                parameter.zero_()
             else:
                 parameter.fill_(1.0)
 

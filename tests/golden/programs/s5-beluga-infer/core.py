@@ -30,29 +30,32 @@ def grouped_sdpa(module, query, key, value, attention_mask, scaling=None, **kwar
 
 
 def build_model(model_plan: dict):
-    """transformers' LlamaForCausalLM: local weights if named, else its config; attention
-    by grouped_sdpa, registered first."""
+    """transformers' causal LM of the plan's model_type: local weights if named, else its
+    config; attention by grouped_sdpa, registered first."""
     AttentionInterface.register(GROUPED_SDPA, grouped_sdpa)
     AttentionMaskInterface.register(GROUPED_SDPA, sdpa_mask)
     implementation = model_plan["config"]["attn_implementation"]
     if model_plan["weights"]:
-        return LlamaForCausalLM.from_pretrained(
+        return AutoModelForCausalLM.from_pretrained(
             model_plan["weights"],
             attn_implementation=implementation,
             local_files_only=True,
         )
-    return LlamaForCausalLM(LlamaConfig(**model_plan["config"]))
+    config = AutoConfig.for_model(model_plan["model_type"], **model_plan["config"])
+    return AutoModelForCausalLM.from_config(config=config)
 
 
 def initialize_weights(model) -> None:
-    """Parameters materialised from the meta device, initialised as transformers' Llama is
-    (matrices normal with the config's initializer_range, norm weights 1), whatever layer
-    holds them: DeepSpeed's tensor-parallel layers are no nn.Linear."""
+    """Parameters materialised from the meta device, initialised as transformers' causal LMs
+    are (matrices normal with the config's initializer_range, biases 0, norm weights 1),
+    whatever layer holds them: DeepSpeed's tensor-parallel layers are no nn.Linear."""
     std = model.config.initializer_range
     with torch.no_grad():
-        for parameter in model.parameters():
+        for name, parameter in model.named_parameters():
             if parameter.dim() >= 2:
                 parameter.normal_(mean=0.0, std=std)
+            elif name.endswith("bias"):
+                parameter.zero_()
             else:
                 parameter.fill_(1.0)
 
@@ -798,21 +801,27 @@ def build_on_device(model_plan: dict, device, dtype=None):
 
 
 def tensor_parallel(model, device_type: str, degree: int):
-    """Megatron-style tensor parallel with PyTorch's DTensor: q, k, v, gate and up split by
-    output columns, o and down by input rows (one all-reduce after each). Each rank then
-    holds heads / degree query heads and kv_heads / degree KV heads."""
+    """Megatron-style tensor parallel with PyTorch's DTensor, by the plan transformers ships
+    with the model's config (base_model_tp_plan): q, k, v, gate and up (each expert's too)
+    split by output columns, o and down by input rows (one all-reduce after each), a router
+    split by columns and gathered whole. Each rank then holds heads / degree query heads and
+    kv_heads / degree KV heads."""
     mesh = init_device_mesh(device_type, (degree,))
-    plan = {
-        "self_attn.q_proj": ColwiseParallel(),
-        "self_attn.k_proj": ColwiseParallel(),
-        "self_attn.v_proj": ColwiseParallel(),
-        "self_attn.o_proj": RowwiseParallel(),
-        "mlp.gate_proj": ColwiseParallel(),
-        "mlp.up_proj": ColwiseParallel(),
-        "mlp.down_proj": RowwiseParallel(),
+    styles = {
+        "colwise": ColwiseParallel,
+        "rowwise": RowwiseParallel,
+        "colwise_rep": lambda: ColwiseParallel(output_layouts=Replicate()),
     }
-    for layer in transformer_blocks(model):
-        parallelize_module(layer, mesh, plan)
+    patterns = [
+        (re.compile(re.escape(pattern).replace(r"\*", r"\d+") + "$"), styles[style])
+        for pattern, style in model.config.base_model_tp_plan.items()
+    ]
+    plan = {}
+    for name, _ in model.model.named_modules():
+        for pattern, style in patterns:
+            if pattern.match(name):
+                plan[name] = style()
+    parallelize_module(model.model, mesh, plan)
     # The KV cache is sized from the config: give it this rank's share of the heads.
     model.config.num_attention_heads //= degree
     model.config.num_key_value_heads //= degree
@@ -826,14 +835,14 @@ def deepspeed_tensor_parallel(model, degree: int, dtype, graphs: bool):
     DeepSpeed on the device (its shards only), to be filled by materialise(). Used by the
     Gaudi adapter; in the core so the CPU runs the same path in tests."""
     import deepspeed
-    from transformers.models.llama.modeling_llama import LlamaDecoderLayer
 
+    layer = type(transformer_blocks(model)[0])  # the model's decoder layer class
     engine = deepspeed.init_inference(
         model,
         dtype=dtype,
         tensor_parallel={"tp_size": degree},
         enable_cuda_graph=graphs,  # HPU graphs on Gaudi, as upstream passes use_hpu_graphs
-        injection_policy={LlamaDecoderLayer: ("self_attn.o_proj", "mlp.down_proj")},
+        injection_policy={layer: ("self_attn.o_proj", "mlp.down_proj")},
     )
     model = engine.module
     # transformers sizes a static KV cache from the config: this rank's share of the heads

@@ -1,0 +1,167 @@
+"""What a transformers causal LM holds, counted from the model itself: the `Census` of a config.
+
+One job: answer `census_of(config)` without importing torch in this process. The answer comes,
+in this order, from the table shipped for the presets (catalog/causal_lm_census.json, checked
+against a fresh count by tests/test_causal_lm.py), from benchc's cache (cache.py, keyed by the
+config and the transformers version), or from a child process (plan/census_probe.py) that
+builds the model on the meta device and counts its Linear and Embedding shapes. So a new
+family needs no arithmetic of its own, and a preset is counted without torch installed.
+
+`python -m benchc.plan.census --write-presets` rewrites the shipped table.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from functools import lru_cache
+from importlib import metadata, resources
+
+from .. import cache
+from ..records import frozen
+
+PROBE_TIMEOUT_S = 300  # a 100k-module MoE takes seconds; an import of torch on a loaded machine, more
+TABLE = "causal_lm_census.json"
+
+
+class CensusError(Exception):
+    """The model could not be counted: transformers refused the config, or is not installed."""
+
+
+@frozen
+class Census:
+    model_class: str  # transformers' class, e.g. MixtralForCausalLM
+    layer_class: str  # the decoder layer (FSDP2 and ZeRO-3 wrap it)
+    params: int  # every parameter, a tied matrix once
+    embedding: int  # the input embedding's elements (a lookup, no FLOPs)
+    head: int  # the output head's weight elements (vocab x hidden), tied or not
+    tied: bool
+    dense_matmul: int  # Linear weights every token multiplies through in the layers
+    expert_matmul: int  # Linear weights of every expert of every layer
+    experts: int  # experts per MoE layer, 0 for a dense model
+    experts_per_token: int
+    layers: int
+    hidden: int
+    vocab: int
+    head_dim: int
+    q_width: int  # query heads x head_dim
+    kv_width: int  # key/value heads x head_dim
+    windows: tuple  # per layer: the sliding window, None for full attention
+    largest_layer: int  # parameters of the largest decoder layer
+    largest_param: int  # elements of the largest parameter
+    tp_plan: bool  # the config carries transformers' base_model_tp_plan
+    no_split_modules: tuple[str, ...]
+    resolved: tuple  # (config key, value) of the built config, for every key a setting maps to
+
+    def value(self, key: str):
+        return dict(self.resolved).get(key)
+
+    @property
+    def active_matmul(self) -> float:
+        """Layer matmul weights one token multiplies through: the dense ones and the experts
+        it is routed to (experts_per_token of experts)."""
+        if not self.experts:
+            return float(self.dense_matmul)
+        return self.dense_matmul + self.expert_matmul * self.experts_per_token / self.experts
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token uses: all but the experts it is not routed to."""
+        if not self.experts:
+            return self.params
+        idle = self.expert_matmul * (self.experts - self.experts_per_token) // self.experts
+        return self.params - idle
+
+
+def _from_json(data: dict) -> Census:
+    values = dict(data)
+    values["windows"] = tuple(values["windows"])
+    values["no_split_modules"] = tuple(values["no_split_modules"])
+    values["resolved"] = tuple(sorted(values["resolved"].items()))
+    return Census(**values)
+
+
+def canonical(config: dict) -> str:
+    return json.dumps(config, sort_keys=True, separators=(",", ":"))
+
+
+@lru_cache(maxsize=1)
+def _shipped() -> dict[str, dict]:
+    text = resources.files("benchc.catalog").joinpath(TABLE).read_text(encoding="utf-8")
+    return json.loads(text)
+
+
+def _transformers_version() -> str | None:
+    try:
+        return metadata.version("transformers")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+@lru_cache(maxsize=256)
+def _census_of(text: str) -> Census:
+    shipped = _shipped().get(text)
+    if shipped is not None:
+        return _from_json(shipped)
+    version = _transformers_version()
+    if version is None:
+        raise CensusError("benchc counts a model that is not a preset by building it on the meta device, "
+                          "which needs transformers and torch: install benchc's run extra")  # fmt: skip
+    name = f"census-{cache.key(text, version)}.json"
+    stored = cache.read_bytes(name)
+    if stored is not None:
+        try:
+            return _from_json(json.loads(stored))
+        except (ValueError, TypeError, KeyError):
+            pass  # a damaged entry: count again
+    answer = _probe(text)
+    cache.write_bytes(name, json.dumps(answer, sort_keys=True).encode())
+    return _from_json(answer)
+
+
+def _probe(text: str) -> dict:
+    environment = {**os.environ, "PYTHONWARNINGS": "ignore", "TRANSFORMERS_VERBOSITY": "error"}
+    try:
+        done = subprocess.run([sys.executable, "-m", "benchc.plan.census_probe"],
+                              input=json.dumps({"config": json.loads(text)}), capture_output=True,
+                              text=True, timeout=PROBE_TIMEOUT_S, env=environment)  # fmt: skip
+    except subprocess.TimeoutExpired as exc:
+        raise CensusError(f"counting the model on the meta device took over {PROBE_TIMEOUT_S} s") from exc
+    if done.returncode != 0 or not done.stdout.strip():
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise CensusError(f"counting the model on the meta device failed: {last}")
+    answer = json.loads(done.stdout)
+    if "error" in answer:
+        raise CensusError(f"transformers refuses the model's config: {answer['error']}")
+    return answer
+
+
+def census_of(config: dict) -> Census:
+    """The census of a transformers causal LM config (config.json's form, model_type included)."""
+    return _census_of(canonical(config))
+
+
+def _write_presets() -> None:
+    """Rewrite the shipped table: every preset's config counted afresh."""
+    from pathlib import Path
+
+    from ..catalog.causal_lm import PRESETS, transformers_config
+    from ..catalog.presets import PRESETS as LEGACY
+    from .lower import MODEL_DEFAULTS
+
+    table = {}
+    models = [{**MODEL_DEFAULTS["causal_lm"], **p} for p in PRESETS.values()]
+    models += [{**MODEL_DEFAULTS["llama"], **p, "model_type": "llama"} for p in LEGACY["llama"].values()]
+    for model in models:
+        text = canonical(transformers_config(model))
+        table[text] = _probe(text)
+    path = Path(__file__).resolve().parent.parent / "catalog" / TABLE
+    path.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    print(f"wrote {len(table)} presets to {path}")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--write-presets"]:
+        _write_presets()
