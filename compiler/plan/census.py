@@ -122,20 +122,29 @@ def _census_of(text: str) -> Census:
 
 
 def _probe(text: str) -> dict:
+    answer = _run_probe({"config": json.loads(text)})
+    if "error" in answer:
+        raise CensusError(f"transformers refuses the model's config: {answer['error']}")
+    return answer
+
+
+def count_afresh(configs: list[dict]) -> list[dict]:
+    """Each config counted now, in one child process (no table, no cache): what the presets'
+    table is written from and checked against."""
+    return _run_probe({"configs": configs})
+
+
+def _run_probe(request: dict):
     environment = {**os.environ, "PYTHONWARNINGS": "ignore", "TRANSFORMERS_VERBOSITY": "error"}
     try:
-        done = subprocess.run([sys.executable, "-m", "benchc.plan.census_probe"],
-                              input=json.dumps({"config": json.loads(text)}), capture_output=True,
-                              text=True, timeout=PROBE_TIMEOUT_S, env=environment)  # fmt: skip
+        done = subprocess.run([sys.executable, "-m", "benchc.plan.census_probe"], input=json.dumps(request),
+                              capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, env=environment)  # fmt: skip
     except subprocess.TimeoutExpired as exc:
         raise CensusError(f"counting the model on the meta device took over {PROBE_TIMEOUT_S} s") from exc
     if done.returncode != 0 or not done.stdout.strip():
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise CensusError(f"counting the model on the meta device failed: {last}")
-    answer = json.loads(done.stdout)
-    if "error" in answer:
-        raise CensusError(f"transformers refuses the model's config: {answer['error']}")
-    return answer
+    return json.loads(done.stdout)
 
 
 def census_of(config: dict) -> Census:
@@ -143,20 +152,22 @@ def census_of(config: dict) -> Census:
     return _census_of(canonical(config))
 
 
+def preset_configs() -> list[dict]:
+    """The config of every preset a spec can name, as `model causal_lm` or `model llama`."""
+    from ..catalog.causal_lm import transformers_config
+    from ..catalog.presets import PRESETS
+    from .lower import MODEL_DEFAULTS
+
+    models = [{**MODEL_DEFAULTS[kind], **p} for kind in ("causal_lm", "llama") for p in PRESETS[kind].values()]
+    return [json.loads(text) for text in sorted({canonical(transformers_config(m)) for m in models})]
+
+
 def _write_presets() -> None:
     """Rewrite the shipped table: every preset's config counted afresh."""
     from pathlib import Path
 
-    from ..catalog.causal_lm import PRESETS, transformers_config
-    from ..catalog.presets import PRESETS as LEGACY
-    from .lower import MODEL_DEFAULTS
-
-    table = {}
-    models = [{**MODEL_DEFAULTS["causal_lm"], **p} for p in PRESETS.values()]
-    models += [{**MODEL_DEFAULTS["llama"], **p, "model_type": "llama"} for p in LEGACY["llama"].values()]
-    for model in models:
-        text = canonical(transformers_config(model))
-        table[text] = _probe(text)
+    configs = preset_configs()
+    table = {canonical(c): answer for c, answer in zip(configs, count_afresh(configs), strict=True)}
     path = Path(__file__).resolve().parent.parent / "catalog" / TABLE
     path.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     print(f"wrote {len(table)} presets to {path}")

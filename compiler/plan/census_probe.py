@@ -3,7 +3,7 @@ meta device and prints what it holds, as JSON. The only module of the check path
 torch, and only here, in its own process (benchc check / plan / compile never import torch).
 
 Reads {"config": {...}} (config.json's form) on stdin; writes one JSON object on stdout, or
-{"error": "..."} for a config transformers refuses. Counted from the built model, for any
+{"error": "..."} for a config transformers refuses ({"configs": [...]}: a list of those). Counted from the built model, for any
 family: parameters (a tied matrix once), the Linear weights a token multiplies through (each
 expert list's weights scaled to the experts a token is routed to, the router counted whole),
 the output head, each layer's attention facts (query and key/value widths, sliding window),
@@ -98,12 +98,19 @@ def _plain(value):
     return value if isinstance(value, (int, float, str, bool)) or value is None else None
 
 
+def _answer(config: dict) -> dict:
+    try:
+        return census(config)
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
 def main() -> int:
     request = json.loads(sys.stdin.read())
-    try:
-        answer = census(request["config"])
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        answer = {"error": f"{type(exc).__name__}: {exc}"}
+    if "configs" in request:  # several models, one process: {"configs": [...]} -> a list
+        answer = [_answer(config) for config in request["configs"]]
+    else:
+        answer = _answer(request["config"])
     sys.stdout.write(json.dumps(answer, sort_keys=True))
     return 0
 

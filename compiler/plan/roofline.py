@@ -354,20 +354,30 @@ def _generation(plan: Plan, ceilings: Ceilings | None = None) -> tuple[Phase, ..
     table = b * m.vocab * m.hidden  # the input embedding, whole on every device
 
     def weights(tokens: int) -> float:
-        """The weights one forward over `tokens` tokens reads: its embedding rows, not the table."""
-        return b * local_weights(plan) - table + b * min(tokens, m.vocab) * m.hidden
+        """The weights one forward over `tokens` tokens reads: its embedding rows, not the table;
+        of a mixture of experts, the experts its tokens reach."""
+        idle = b * m.census.expert_matmul / t * (1 - experts_reached(m, tokens))
+        return b * local_weights(plan) - table + b * min(tokens, m.vocab) * m.hidden - idle
 
     per_token = 2 * m.layers * m.kv_heads / t * m.head_dim * b  # keys and values, this device
     split = f" / tensor {t}" if plan.dims.tensor_parallel else ""
     bucket, cache = kv_bucket(plan), ins + outs
 
-    def tensor_parallel(tokens: int) -> list[Bound]:
+    def tensor_parallel(tokens: int, per_forward: int) -> list[Bound]:
         if not plan.dims.tensor_parallel:
             return []
         size = batch * tokens * m.hidden * b
-        link = _interconnect(
-            plan, [(f"all-reduce of {tokens} tokens x batch x h x b", size, 2, 2 * m.layers)], ceilings
-        )
+        if not m.experts:
+            collectives = [(f"all-reduce of {tokens} tokens x batch x h x b", size, 2, 2 * m.layers)]
+        else:  # each expert's rows reduce its own tokens' outputs: k x the tokens, over the experts reached
+            reached = max(1.0, m.experts * experts_reached(m, per_forward))
+            collectives = [
+                (f"all-reduce of {tokens} tokens x batch x h x b (attention)", size, 2, m.layers),
+                (f"all-reduce per expert reached ({reached:.3g} of {m.experts}): "
+                 f"{m.experts_per_token} x the tokens in all", m.experts_per_token * size / reached, 2,
+                 round(m.layers * reached)),
+            ]  # fmt: skip
+        link = _interconnect(plan, collectives, ceilings)
         return [link] if link else []
 
     # the prefill's attention reads the cache as a decode step does, but on Gaudi, where
@@ -378,7 +388,7 @@ def _generation(plan: Plan, ceilings: Ceilings | None = None) -> tuple[Phase, ..
         _compute(plan, batch * prefill_flops / t, f"batch {batch} x {ins} input tokens{split}", ceilings),
         _memory(plan, weights(batch * ins) + batch * (ins + first) * per_token,
                 f"the weights once, the input's KV cache written and {first} keys read", ceilings),
-        *tensor_parallel(ins),
+        *tensor_parallel(ins, batch * ins),
     ))  # fmt: skip
     steps = outs - 1
     if steps < 1:
@@ -390,9 +400,17 @@ def _generation(plan: Plan, ceilings: Ceilings | None = None) -> tuple[Phase, ..
         _memory(plan, steps * weights(batch) + batch * (read + steps) * per_token,
                 f"{steps} steps x weights {_gb(weights(batch))} (the embedding's {batch} rows), + the KV "
                 f"cache read ({key_rule(plan)}) and written", ceilings),
-        *tensor_parallel(steps),
+        *tensor_parallel(steps, batch),
     ))  # fmt: skip
     return prefill, decode
+
+
+def experts_reached(m, tokens: int) -> float:
+    """The expected share of a layer's experts that `tokens` tokens reach, each routed to
+    experts_per_token of them, under uniform routing: 1 - (1 - k/E)^tokens (1 when dense)."""
+    if not getattr(m, "experts", 0):
+        return 1.0
+    return 1.0 - (1.0 - m.experts_per_token / m.experts) ** tokens
 
 
 def _pipeline(plan: Plan, ceilings: Ceilings | None = None) -> Phase:

@@ -45,10 +45,6 @@ def _tensor_parallel(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:
     if not m.census.tp_plan:
         yield Diagnostic(f"transformers ships no tensor-parallel plan for model_type {m.model_type}", at,
                          hint="write parallel.tensor = 1")  # fmt: skip
-    if m.experts and plan.target.family == "hpu":
-        yield Diagnostic("tensor parallel of a mixture of experts on Gaudi is not generated yet: DeepSpeed's "
-                         "AutoTP policy splits dense MLPs only", at,
-                         hint="run it on one card, or with data parallel")  # fmt: skip
     if m.intermediate % dims.tensor:
         yield Diagnostic(f"parallel.tensor = {dims.tensor} does not divide the model's intermediate "
                          f"({m.intermediate})", at, hint="rule: intermediate % tensor == 0")  # fmt: skip

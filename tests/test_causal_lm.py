@@ -1,0 +1,326 @@
+"""`model causal_lm`: any transformers causal LM of the six families, counted from the model
+itself and run as transformers runs it.
+
+Per family (tiny configs, real transformers models): the plan's parameters equal the model's
+own count, its forward FLOPs torch's FLOP counter over the model with eager attention, and the
+generated program decodes the same tokens as transformers' greedy generate from the same
+weights. Presets: the published parameter counts, counted afresh on the meta device, and the
+shipped table equal to a fresh count. The located refusals of check.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from program_helpers import load_program
+
+from benchc.catalog.causal_lm import FAMILIES, PRESETS, PUBLISHED_PARAMS
+from benchc.codegen.points import render_point
+from benchc.diagnostics import BenchError
+from benchc.pipeline import plan_spec
+from benchc.plan.census import _shipped, canonical, count_afresh, preset_configs
+
+from helpers import run_cli
+
+FAMILY_SETTINGS = {
+    "llama": 'model_type = "llama"',
+    "mistral": 'model_type = "mistral"; sliding_window = 24',
+    "mixtral": 'model_type = "mixtral"; experts = 4; experts_per_token = 2',
+    "qwen2": 'model_type = "qwen2"; tie_embeddings = true',
+    "qwen3": 'model_type = "qwen3"; head_dim = 32',
+    "qwen3_moe": 'model_type = "qwen3_moe"; experts = 4; experts_per_token = 2',
+}
+SHAPE = (
+    "hidden = 64; layers = 2; heads = 4; kv_heads = 2; intermediate = 96; vocab = 256; max_positions = 256"
+)
+INFER = "infer { precision = fp32; batch = 2; input_tokens = 12; output_tokens = 20; steps = 3; warmup = 1 }"
+TRAIN = (
+    "train { precision = fp32; batch = 2; seq_len = 24; steps = 3; warmup = 1; optimizer = sgd(lr = 0.01) }"
+)
+
+
+def family_spec(write, family: str, work: str = INFER, extra: str = "", name: str = "f.bench",
+                targets: str = "cpu"):  # fmt: skip
+    text = (f"experiment fam {{\n  model causal_lm {{ {FAMILY_SETTINGS[family]}; {SHAPE}{extra} }}\n"
+            f"  {work}\n  targets = [{targets}]\n}}\n")  # fmt: skip
+    return write(name, text)
+
+
+def plan_of(path, *overrides):
+    (plan,) = plan_spec(path, [], list(overrides)).plans
+    return plan
+
+
+def reference_model(plan, attention: str = "eager"):
+    """The plan's model as transformers builds it from the plan's config."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = {k: v for k, v in json.loads(plan.model.config).items() if k != "model_type"}
+    built = AutoConfig.for_model(plan.model.model_type, attn_implementation=attention, **config)
+    return AutoModelForCausalLM.from_config(config=built)
+
+
+# ------------------------------------------------------------------ counting
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_each_family_counts_as_transformers_builds_it(write, family):
+    """Parameters equal the model's own; a forward's FLOPs are within 1% of torch's counter
+    over the model with eager attention (RoPE's outer product and the norms are what differs)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    plan = plan_of(family_spec(write, family, TRAIN))
+    torch.manual_seed(0)
+    model = reference_model(plan).eval()
+    assert plan.cost.params == sum(p.numel() for p in model.parameters())
+    tokens = torch.randint(0, 256, (1, 24))
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        model(input_ids=tokens)
+    assert plan.cost.forward_flops_per_sample == pytest.approx(counter.get_total_flops(), rel=0.01)
+    census = plan.model.census
+    assert census.layer_class == type(model.model.layers[0]).__name__
+    if family in ("mixtral", "qwen3_moe"):  # every expert held, 2 of 4 computed per token
+        assert plan.model.experts == 4 and census.active_params < census.params
+        idle = census.expert_matmul // 2
+        assert census.params - census.active_params == idle
+    if family == "qwen2":  # tied: one matrix, counted once; the head's FLOPs all the same
+        assert model.lm_head.weight is model.model.embed_tokens.weight and census.tied
+    if family == "mistral":
+        assert plan.model.sliding_window == 24 and set(census.windows) == {24}
+
+
+def test_a_sliding_window_caps_the_keys_each_query_attends():
+    """The stated convention: no causal discount, at most W keys per query (docs/estimate.md)."""
+    from census_helpers import llama_census
+
+    from benchc.plan.census import Census
+    from benchc.plan.flops import causal_lm_cost, causal_lm_generate_flops
+
+    full = llama_census(64, 2, 4, 2, 96, 256)
+    windowed = Census(**{**{n: getattr(full, n) for n in full.__dataclass_fields__}, "windows": (16, 16)})
+    attention = lambda cost, matmul: cost.forward_flops_per_sample - matmul  # noqa: E731
+    matmul = 2.0 * (full.active_matmul + full.head) * 64
+    assert attention(causal_lm_cost(full, 64), matmul) == 2 * 4 * 64 * 64 * 64
+    assert attention(causal_lm_cost(windowed, 64), matmul) == 2 * 4 * 64 * 64 * 16
+    assert (
+        causal_lm_cost(windowed, 12).forward_flops_per_sample
+        == causal_lm_cost(full, 12).forward_flops_per_sample
+    )
+    # decode: the context grows to the window, then stays there
+    for ins, outs in ((4, 40), (20, 5), (16, 1)):
+        layers = 2.0 * full.active_matmul * (ins + outs - 1) + 2.0 * full.head * outs
+        keys = ins * min(ins, 16) + sum(min(ins + t, 16) for t in range(1, outs))
+        assert causal_lm_generate_flops(windowed, ins, outs) == layers + 2 * 4 * 64 * keys
+
+
+@pytest.mark.integration
+def test_presets_have_the_published_parameter_counts_counted_afresh():
+    """Every preset counted now on the meta device (one child process): the published figures
+    where there are some, and the table benchc ships equal to the fresh count."""
+    configs = preset_configs()
+    fresh = {canonical(c): answer for c, answer in zip(configs, count_afresh(configs), strict=True)}
+    assert fresh == _shipped()
+    from benchc.catalog.causal_lm import transformers_config
+
+    counted = {name: fresh[canonical(transformers_config(p))]["params"] for name, p in PRESETS.items()}
+    for name, published in PUBLISHED_PARAMS.items():
+        assert counted[name] == published, name
+    assert counted["llama-3.1-70b"] == 70_553_706_496
+    assert counted["qwen3-8b"] == 8_190_735_360
+    assert counted["qwen3-30b-a3b"] == 30_532_122_624
+
+
+def test_estimate_of_mixtral_on_h100_shows_total_and_active_parameters(write):
+    """Acceptance 3: tensor 8 on h100; the FLOPs per token come from the active parameters."""
+    path = write("m.bench", 'experiment m {\n  model causal_lm { preset = "mixtral-8x7b" }\n'
+                 "  infer { batch = 8 }\n  cluster { devices_per_node = 8 }\n  parallel { tensor = 8 }\n"
+                 "  targets = [h100]\n}\n")  # fmt: skip
+    result = run_cli("estimate", str(path), "--json")
+    assert result.code == 0, result.err
+    (record,) = json.loads(result.out)["estimates"]
+    assert record["parameters"] == 46_702_792_704 and record["active_parameters"] == 12_879_925_248
+    text = run_cli("estimate", str(path)).out
+    assert "46,702,792,704 in all; 12,879,925,248 active per token (2 of 8 experts" in text
+    plan = plan_of(path)
+    # a decode token: 2 FLOPs per active layer weight and head weight, + attention (small here)
+    census = plan.model.census
+    matmul = 2.0 * (census.active_matmul + census.head)
+    decode = (plan.cost.forward_flops_per_sample - _prefill(plan)) / (plan.workload.output_tokens - 1)
+    assert matmul < decode < 1.05 * matmul
+    assert census.active_matmul + census.embedding + census.head + 2 * 4096 * 32 + 4096 == pytest.approx(
+        census.active_params, rel=1e-9
+    )
+
+
+def _prefill(plan) -> float:
+    from benchc.plan.flops import causal_lm_generate_flops
+
+    return causal_lm_generate_flops(plan.model.census, plan.workload.input_tokens, 1)
+
+
+# ------------------------------------------------------------------ the programs
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("family", FAMILIES)
+def test_each_family_decodes_transformers_greedy_tokens(write, tmp_path, family):
+    """The program's model (its own build, attention kernel and static-cache decode loop) and
+    transformers' greedy generate (eager attention, its own cache) from the same weights and
+    prompt make the same tokens: sliding window and expert routing included."""
+    path = family_spec(write, family)
+    result = run_cli("compile", str(path), "-o", str(tmp_path / "out"))
+    assert result.code == 0, result.err
+    module = load_program(tmp_path / "out/fam/cpu/default/bench.py")
+    model_plan, run = module.PLAN["model"], module.PLAN["infer"]
+    torch.manual_seed(0)
+    model = module.build_model(model_plan).eval()
+    reference = reference_model(plan_of(path)).eval()
+    reference.load_state_dict(model.state_dict())
+    prompt = torch.randint(0, 256, (run["batch"], run["input_tokens"]))
+    tokens = run["output_tokens"]
+    with torch.no_grad():
+        ours = module.DecodeLoop(model, prompt, tokens, None)(tokens)
+        expected = reference.generate(
+            input_ids=prompt, attention_mask=torch.ones_like(prompt), do_sample=False, pad_token_id=0,
+            max_new_tokens=tokens, min_new_tokens=tokens,
+        )  # fmt: skip
+    assert torch.equal(ours, expected)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("family", FAMILIES)
+def test_each_family_trains_and_generates_on_the_cpu(write, tmp_path, family):
+    """benchc run of a training point and a generation point, as a user runs them."""
+    for work, name in ((TRAIN, "t.bench"), (INFER, "i.bench")):
+        path = family_spec(write, family, work, name=name)
+        out = tmp_path / f"out-{work[:5]}"
+        assert run_cli("compile", str(path), "-o", str(out)).code == 0
+        result = run_cli("run", str(out / "fam/cpu/default"), "--db", str(tmp_path / "r.db"))
+        assert result.code == 0, result.out[-2000:] + result.err[-2000:]
+        metrics = json.loads(next((out / "fam/cpu/default/runs").glob("*/metrics.json")).read_text())
+        assert metrics["status"] == "ok"
+        if work == TRAIN:
+            assert all(loss == loss and loss > 0 for loss in metrics["loss"]["all"])
+        else:
+            assert len(metrics["generation"]["first_sequence"]) == 20
+
+
+@pytest.mark.integration
+def test_a_window_on_some_layers_only_decodes_transformers_greedy_tokens(tmp_path, write):
+    """Qwen2 with its sliding window from max_window_layers on (layer 0 full, layer 1 windowed):
+    the loop's mask per layer type equals transformers' own."""
+    from transformers import Qwen2Config
+
+    config = Qwen2Config(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         intermediate_size=96, vocab_size=256, use_sliding_window=True, sliding_window=8,
+                         max_window_layers=1)  # fmt: skip
+    config.save_pretrained(tmp_path / "q")
+    path = write("w.bench", f'experiment fam {{\n  model causal_lm {{ config = "{tmp_path / "q"}" }}\n'
+                 f"  {INFER}\n  targets = [cpu]\n}}\n")  # fmt: skip
+    plan = plan_of(path)
+    assert plan.model.census.windows == (None, 8) and plan.model.sliding_window == 8
+    assert run_cli("compile", str(path), "-o", str(tmp_path / "out")).code == 0
+    module = load_program(tmp_path / "out/fam/cpu/default/bench.py")
+    model_plan, run = module.PLAN["model"], module.PLAN["infer"]
+    torch.manual_seed(0)
+    model = module.build_model(model_plan).eval()
+    reference = reference_model(plan).eval()
+    reference.load_state_dict(model.state_dict())
+    prompt = torch.randint(0, 256, (run["batch"], run["input_tokens"]))
+    tokens = run["output_tokens"]
+    with torch.no_grad():
+        ours = module.DecodeLoop(model, prompt, tokens, None)(tokens)
+        expected = reference.generate(
+            input_ids=prompt, attention_mask=torch.ones_like(prompt), do_sample=False, pad_token_id=0,
+            max_new_tokens=tokens, min_new_tokens=tokens,
+        )  # fmt: skip
+    assert torch.equal(ours, expected)
+
+
+# ------------------------------------------------------------------ refusals
+
+
+def _errors(path, *overrides) -> list:
+    with pytest.raises(BenchError) as caught:
+        plan_spec(path, [], list(overrides))
+    return caught.value.diagnostics
+
+
+def test_an_unknown_model_type_is_refused_at_it_with_the_families(write):
+    path = write("u.bench", 'experiment u {\n  model causal_lm { model_type = "gpt2"; hidden = 64; '
+                 "layers = 2; heads = 4; intermediate = 96 }\n  infer { batch = 1 }\n"
+                 "  targets = [cpu]\n}\n")  # fmt: skip
+    (error,) = _errors(path)
+    assert 'model_type "gpt2" is not a family benchc builds' in error.message
+    assert error.span.line == 2 and "llama, mistral, mixtral, qwen2, qwen3, qwen3_moe" in error.hint
+
+
+def test_a_family_setting_on_another_family_is_refused_at_it(write):
+    path = family_spec(write, "llama", extra="; experts = 4")
+    (error,) = _errors(path)
+    assert error.message == "model_type llama has no experts" and "mixtral, qwen3_moe" in error.hint
+    more = family_spec(write, "mixtral", name="g.bench")
+    errors = _errors(more, "model.causal_lm.experts_per_token=6")
+    assert any("experts_per_token (6) is more than experts (4)" in e.message for e in errors)
+
+
+def test_a_config_folder_gives_the_family_and_the_spec_overrides_it(write, tmp_path):
+    from transformers import Qwen2Config
+
+    config = Qwen2Config(hidden_size=64, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+                         intermediate_size=96, vocab_size=300, rms_norm_eps=1e-5)  # fmt: skip
+    folder = tmp_path / "q"
+    config.save_pretrained(folder)
+    path = write("c.bench", f'experiment c {{\n  model causal_lm {{ config = "{folder}"; layers = 2 }}\n'
+                 f"  {INFER}\n  targets = [cpu]\n}}\n")  # fmt: skip
+    plan = plan_of(path)
+    assert (plan.model.model_type, plan.model.layers, plan.model.vocab) == ("qwen2", 2, 300)
+    assert json.loads(plan.model.config)["rms_norm_eps"] == 1e-5
+    program_config = render_point(plan)["bench.py"]
+    assert '"rms_norm_eps": 1e-05' in program_config
+    assert "architectures" not in program_config and "transformers_version" not in program_config
+
+
+@pytest.mark.parametrize("content, expected", [
+    ({"model_type": "gpt2"}, 'is for model_type "gpt2", not a family benchc builds'),
+    ({"model_type": "llama", "quantization_config": {"quant_method": "gptq"}}, "sets quantization_config"),
+    ({"hidden_size": 64}, "names no model_type"),
+    ("not json", "is not JSON"),
+])  # fmt: skip
+def test_a_config_folder_benchc_cannot_build_is_refused_at_config(write, tmp_path, content, expected):
+    (tmp_path / "c").mkdir()
+    text = content if isinstance(content, str) else json.dumps(content)
+    (tmp_path / "c" / "config.json").write_text(text)
+    path = write("c.bench", f'experiment c {{\n  model causal_lm {{ config = "{tmp_path / "c"}" }}\n'
+                 f"  {INFER}\n  targets = [cpu]\n}}\n")  # fmt: skip
+    errors = _errors(path)
+    assert any(expected in e.message and e.span.line == 2 for e in errors), [e.message for e in errors]
+
+
+def test_model_llama_refuses_a_config_of_another_family(write, tmp_path):
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "config.json").write_text(json.dumps({"model_type": "mistral"}))
+    path = write("l.bench", f'experiment l {{\n  model llama {{ config = "{tmp_path / "c"}" }}\n'
+                 f"  {INFER}\n  targets = [cpu]\n}}\n")  # fmt: skip
+    errors = _errors(path)
+    assert any('the config is for model_type "mistral"' in e.message and "model causal_lm" in e.hint
+               for e in errors)  # fmt: skip
+
+
+def test_gaudi_mixtral_runs_fused_attention_only(write):
+    path = family_spec(write, "mixtral", targets="gaudi2")
+    errors = _errors(path, "infer.attention=sdpa", "infer.precision=bf16")
+    assert any("always runs FusedSDPA" in e.message for e in errors)
+    (plan,) = plan_spec(path, ["gaudi2"], ["infer.attention=fused", "infer.precision=bf16"]).plans
+    program = render_point(plan)["bench.py"]
+    assert "GaudiMixtralForCausalLM.forward: FusedSDPA always" in program
+    assert '"use_flash_attention": True' not in program.split("def forward_options")[1].split("def ")[0]
+
+
+def test_a_tensor_degree_that_does_not_divide_an_experts_width_is_refused(write):
+    path = family_spec(write, "mixtral")
+    errors = _errors(path, "parallel.tensor=4", "cluster.devices_per_node=4", "model.causal_lm.kv_heads=4",
+                     "model.causal_lm.intermediate=90")  # fmt: skip
+    assert any("does not divide the model's intermediate (90)" in e.message for e in errors)
