@@ -324,3 +324,165 @@ def test_a_tensor_degree_that_does_not_divide_an_experts_width_is_refused(write)
     errors = _errors(path, "parallel.tensor=4", "cluster.devices_per_node=4", "model.causal_lm.kv_heads=4",
                      "model.causal_lm.intermediate=90")  # fmt: skip
     assert any("does not divide the model's intermediate (90)" in e.message for e in errors)
+
+
+# ------------------------------------------------------------------ two CPU processes
+
+
+def _launch(point, env=None):
+    import os
+    import sys
+
+    from test_run_cpu import launch_nodes
+
+    proc = launch_nodes(
+        point, {**os.environ, "PYTHON": sys.executable, "OMP_NUM_THREADS": "1", **(env or {})}
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads((point / "metrics.json").read_text())
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("family", ["mixtral", "qwen2"])
+def test_tensor_parallel_generation_by_the_models_own_plan_on_two_cpus(write, tmp_path, family):
+    """transformers' base_model_tp_plan applied by DTensor: each expert of a mixture split by
+    columns and rows, the router gathered whole; Qwen2's q/k/v biases split with their rows."""
+    path = family_spec(write, family, INFER.replace("infer {", "infer { attention = sdpa;"),
+                       targets="cpu")  # fmt: skip
+    sets = ["--set", "cluster.devices_per_node=2", "--set", "parallel.tensor=2"]
+    assert run_cli("compile", str(path), "-o", str(tmp_path / "out"), *sets).code == 0
+    point = tmp_path / "out/fam/cpu/default"
+    program = (point / "bench.py").read_text()
+    assert "model.config.base_model_tp_plan.items()" in program
+    metrics = _launch(point)
+    assert metrics["status"] == "ok" and metrics["world_size"] == 2
+    assert len(metrics["generation"]["first_sequence"]) == 20
+
+
+@pytest.mark.integration
+def test_gaudi_s_deepspeed_split_of_a_mixture_of_experts_runs_on_two_cpus(tmp_path):
+    """The Gaudi program's path for Mixtral, run on the CPU: DeepSpeed inference's AutoTP with
+    no injection policy (its own rules split each expert's w1/w3 by columns and w2 by rows),
+    as optimum-habana's text-generation example runs Mixtral."""
+    from test_run_cpu import compile_smoke
+
+    point = compile_smoke(tmp_path, "mixtral-infer.bench", "mixtral_infer")
+    program = point / "bench.py"
+    text = program.read_text()
+    dtensor = 'return tensor_parallel(model, "cpu", degree)'
+    assert text.count(dtensor) == 1
+    cpu_all_reduce = (  # as tests/test_run_cpu.py's Llama path: torch.distributed's all-reduce
+        "import deepspeed.comm\n"
+        "        deepspeed.init_distributed()\n"
+        "        deepspeed.comm.comm.cdb.shm_vector_kernel_level = 0\n        "
+    )
+    split = "return deepspeed_tensor_parallel(model, degree, dtype, graphs)"
+    program.write_text(text.replace(dtensor, cpu_all_reduce + split))
+    metrics = _launch(point)
+    assert metrics["status"] == "ok" and metrics["world_size"] == 2
+    assert len(metrics["generation"]["first_sequence"]) == metrics["generation"]["output_tokens"]
+
+
+@pytest.mark.integration
+def test_fsdp2_trains_a_mixture_of_experts_wrapping_its_own_decoder_layer_on_two_cpus(write, tmp_path):
+    path = family_spec(write, "qwen3_moe", TRAIN)
+    sets = [
+        "--set",
+        "cluster.devices_per_node=2",
+        "--set",
+        "parallel.sharding=fsdp",
+        "--set",
+        "train.batch=1",
+    ]
+    assert run_cli("compile", str(path), "-o", str(tmp_path / "out"), *sets).code == 0
+    point = tmp_path / "out/fam/cpu/default"
+    metrics = _launch(point)
+    assert metrics["status"] == "ok" and metrics["world_size"] == 2
+    assert metrics["runtime_detail"]["wrapper"] == "FSDPQwen3MoeForCausalLM"
+    losses = metrics["loss"]["all"]
+    assert all(loss == loss for loss in losses)
+
+
+# ------------------------------------------------------------------ Gaudi, statically
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("work", ["train", "infer"])
+def test_each_family_s_gaudi_program_binds_to_optimum_habana(write, family, work):
+    """The Gaudi programs of every family, which cannot run here: every call bound to the
+    installed libraries (optimum-habana's from its source), habana symbols on the allow-list,
+    the family's Gaudi class swapped in by adapt_transformers_to_gaudi (its source says so),
+    and the forward options passed all named by that class's forward."""
+    from importlib.util import find_spec
+    from pathlib import Path
+
+    from static_checks import _source_signature, check_program, returned_dict_keys
+
+    from benchc.catalog.causal_lm import GAUDI_CLASSES
+    from benchc.catalog.habana import HABANA_SYMBOLS
+
+    body = (TRAIN if work == "train" else INFER).replace(
+        "precision = fp32", "precision = bf16; attention = fused"
+    )
+    path = family_spec(write, family, body, targets="gaudi2")
+    (plan,) = plan_spec(path, ["gaudi2"], ["parallel.sharding=zero3"] if work == "train" else []).plans
+    program = render_point(plan)["bench.py"]
+    report = check_program(program)
+    assert report.problems == []
+    assert report.habana_symbols <= set(HABANA_SYMBOLS)
+    gaudi_class = GAUDI_CLASSES[family]
+    assert f"optimum-habana's Gaudi version, {gaudi_class}" in program
+    root = Path(find_spec("optimum.habana").submodule_search_locations[0]) / "transformers"
+    adapted = (root / "modeling_utils.py").read_text()
+    cls = gaudi_class.removeprefix("Gaudi")
+    assert f"transformers.models.{family}.modeling_{family}.{cls} = {gaudi_class}" in adapted
+    forward = _source_signature(
+        f"optimum.habana.transformers.models.{family}.modeling_{family}.{gaudi_class}.forward"
+    )
+    assert returned_dict_keys(program, "forward_options") <= set(forward.parameters)
+
+
+# ------------------------------------------------------------------ weights folders
+
+
+def _save(folder, family: str, **config):
+    """A tiny real model of the family, saved by save_pretrained (safetensors)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    shape = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+             "intermediate_size": 96, "vocab_size": 256, **config}  # fmt: skip
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config=AutoConfig.for_model(family, **shape))
+    model.save_pretrained(folder)
+    return model
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("family, config", [
+    ("qwen2", {"tie_word_embeddings": True}),
+    ("mixtral", {"num_local_experts": 4, "num_experts_per_tok": 2}),
+])  # fmt: skip
+def test_a_weights_folder_of_any_family_gives_the_model_and_is_run(write, tmp_path, family, config):
+    """The folder's config gives the family and the shape, its tensors are held to the model
+    that config builds (counted on the meta device), and a run loads it."""
+    model = _save(tmp_path / "w", family, **config)
+    path = write("w.bench", f'experiment fam {{\n  model causal_lm {{ weights = "{tmp_path / "w"}" }}\n'
+                 f"  {INFER}\n  targets = [cpu]\n}}\n")  # fmt: skip
+    plan = plan_of(path)
+    assert plan.model.model_type == family and plan.cost.params == sum(p.numel() for p in model.parameters())
+    assert plan.model.tie_embeddings == bool(config.get("tie_word_embeddings"))
+    assert run_cli("compile", str(path), "-o", str(tmp_path / "out")).code == 0
+    result = run_cli("run", str(tmp_path / "out/fam/cpu/default"), "--db", str(tmp_path / "r.db"))
+    assert result.code == 0, result.out[-2000:] + result.err[-2000:]
+
+
+@pytest.mark.integration
+def test_a_weights_folder_whose_tensors_are_not_its_config_s_model_is_refused_at_weights(write, tmp_path):
+    _save(tmp_path / "w", "mixtral", num_local_experts=4, num_experts_per_tok=2)
+    config = json.loads((tmp_path / "w" / "config.json").read_text())
+    (tmp_path / "w" / "config.json").write_text(json.dumps({**config, "num_local_experts": 3}))
+    path = write("w.bench", f'experiment fam {{\n  model causal_lm {{ weights = "{tmp_path / "w"}" }}\n'
+                 f"  {INFER}\n  targets = [cpu]\n}}\n")  # fmt: skip
+    errors = _errors(path)
+    assert any("do not match the model its config.json describes" in e.message and "experts.3" in e.message
+               and e.span.line == 2 for e in errors), [e.message for e in errors]  # fmt: skip

@@ -197,7 +197,7 @@ def built_run(
     manifest = json.loads((built.path / "manifest.json").read_text())
     line = manifest["plan"]["roofline"]
     world = line["world"]
-    generation = plan.workload.kind == "infer" and plan.model.kind == "llama"
+    generation = plan.workload.kind == "infer" and plan.model.kind == "causal_lm"
     job = share * (line["memory_bound_items_per_s"] if generation else line["items"] / line["seconds"])
     m = ok_metrics(job, target=target, point=plan.point)
     m.update(experiment=plan.experiment, smoke=False, workload=plan.workload.kind, metric=plan.measure.metric,

@@ -137,10 +137,10 @@ MISTAKES = {  # what the folder is -> words the error must hold
     "empty": ("has no config.json",),
     "bin-only": ("no model.safetensors", "safetensors only"),
     "other-kind": ("SD3Transformer2DModel, not a Llama",),
-    "pipeline-for-llama": ("is a pipeline folder", "LlamaForCausalLM.save_pretrained"),
+    "pipeline-for-llama": ("is a pipeline folder", "save_pretrained wrote"),
     "shard-missing": ("lacks model-0000", "which model.safetensors.index.json names"),
     "tensors-unlike-config": ("do not match the model its config.json describes", "mlp.up_proj.weight"),
-    "tied": ("tie_word_embeddings",),
+    "another-family": ("is for mistral, not a Llama", "write model causal_lm"),
     # sizes bounded as the spec's before any arithmetic (issue 34, M1): refused at once
     "huge-layers": (
         "num_hidden_layers = 20,000,000 is more than benchc plans for",
@@ -217,9 +217,11 @@ def _make(kind: str, folders: Path, at: Path) -> str:
         config[key] = value
         (at / kind / "config.json").write_text(json.dumps(config))
         return kind
-    assert kind == "tied"
-    llama_checkpoint(at / "tied", tie_word_embeddings=True)
-    return "tied"
+    assert kind == "another-family"
+    shutil.copytree(folders / "llama", at / kind)
+    config = json.loads((at / kind / "config.json").read_text())
+    (at / kind / "config.json").write_text(json.dumps({**config, "model_type": "mistral"}))
+    return kind
 
 
 @pytest.mark.parametrize("mistake", sorted(MISTAKES))

@@ -5,8 +5,9 @@ One job: read and judge a folder, without torch. Everything a user can get wrong
 a `CheckpointError` (a message and a hint, in the user's terms); the caller locates it at the
 spec's `weights` setting. Layouts, as `save_pretrained` writes them:
 
-- llama: `config.json` (model_type "llama") and `model.safetensors` or its index
-  `model.safetensors.index.json` naming the shards;
+- causal_lm (and llama): `config.json` (a `model_type` benchc builds; llama for model llama)
+  and `model.safetensors` or its index `model.safetensors.index.json` naming the shards; the
+  tensors compared with those the model of that config holds, counted by the caller;
 - mmdit: `config.json` (_class_name "SD3Transformer2DModel") and
   `diffusion_pytorch_model.safetensors` or its index;
 - sd3: a pipeline folder, `model_index.json` (_class_name "StableDiffusion3Pipeline") and one
@@ -24,12 +25,12 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
+from ..catalog.causal_lm import DERIVED_HEAD_DIM, FAMILIES, SWITCHED_ON, config_keys
 from ..diagnostics import BenchError
 from ..files import read_bounded
 from .tensors import (
     HeaderError,
     compare_tensors,
-    expected_llama_tensors,
     expected_mmdit_tensors,
     read_safetensors_header,
 )
@@ -38,17 +39,7 @@ CONFIG_LIMIT = 1 * 2**20
 MAX_SHARDS = 10_000
 TRANSFORMERS_WEIGHTS = "model.safetensors"
 DIFFUSERS_WEIGHTS = "diffusion_pytorch_model.safetensors"
-# spec setting <- config key, with the config's default where transformers / diffusers has one
-LLAMA_SHAPE = {
-    "hidden": "hidden_size",
-    "layers": "num_hidden_layers",
-    "heads": "num_attention_heads",
-    "kv_heads": "num_key_value_heads",
-    "head_dim": "head_dim",
-    "intermediate": "intermediate_size",
-    "vocab": "vocab_size",
-    "max_positions": "max_position_embeddings",
-}
+# spec setting <- config key, with the config's default where diffusers has one
 MMDIT_SHAPE = {
     "depth": "num_layers",
     "heads": "num_attention_heads",
@@ -69,6 +60,12 @@ SD3_PARTS = {
     "text_encoder_2": ("transformers", "CLIPTextModelWithProjection"),
     "text_encoder_3": ("transformers", "T5EncoderModel"),
 }
+# config.json keys that describe the file, not the model
+NOT_THE_MODEL = {"architectures", "torch_dtype", "dtype", "transformers_version", "_name_or_path",
+                 "auto_map", "model_type", "use_cache", "bos_token_id", "eos_token_id",
+                 "pad_token_id"}  # fmt: skip
+# config.json keys benchc refuses: the model built would not be the one counted and measured
+REFUSED_CONFIG_KEYS = {"quantization_config": "benchc builds and measures the model unquantized"}
 SAVE_HINT = "write it with save_pretrained(folder) (safetensors, the default)"
 
 
@@ -88,10 +85,14 @@ class Checkpoint:
     shape: dict = field(default_factory=dict)
     tensors: int = 0
     parts: tuple[str, ...] = ()  # sd3: the parts found (text_encoder_3 may be absent)
+    model_type: str | None = None  # a causal LM's family
+    extra: dict = field(default_factory=dict)  # a causal LM's config keys beyond the settings
 
 
-def read_checkpoint(path: str, kind: str) -> Checkpoint:
-    """The folder at `path` (absolute) for model `kind`, checked; CheckpointError otherwise."""
+def read_checkpoint(path: str, kind: str, expected_of=None) -> Checkpoint:
+    """The folder at `path` (absolute) for model `kind`, checked; CheckpointError otherwise.
+    expected_of(config) -> {tensor: shape}: the tensors a causal LM of that config holds (the
+    plan counts them from the model itself); None: the headers are read, not compared."""
     folder = Path(path)
     _must_be_folder(folder, path)
     if kind == "sd3":
@@ -100,12 +101,12 @@ def read_checkpoint(path: str, kind: str) -> Checkpoint:
         hint = (
             "for model mmdit name its transformer/ subfolder"
             if kind == "mmdit"
-            else "name the folder LlamaForCausalLM.save_pretrained wrote"
+            else "name the folder the causal LM's save_pretrained wrote"
         )
         raise CheckpointError(f"'{path}' is a pipeline folder (model_index.json), not one model's", hint=hint)
     config = _config(folder / "config.json", path)
-    if kind == "llama":
-        return _read_llama(folder, path, config)
+    if kind in ("llama", "causal_lm"):
+        return _read_causal_lm(folder, path, config, kind, expected_of)
     return _read_mmdit(folder, path, config)
 
 
@@ -171,38 +172,60 @@ def _integer(config: dict, key: str, file: str, kind: str | None = None, name: s
     return value
 
 
-def _read_llama(folder: Path, path: str, config: dict) -> Checkpoint:
-    file = f"{path}/config.json"
+def causal_lm_settings(config: dict, file: str, kind: str) -> tuple[str, dict, dict]:
+    """A transformers config.json read as a causal LM: (model_type, the spec settings it gives,
+    its other keys). Every size is bounded as the spec bounds the setting (model.KIND.NAME)
+    before anything is built from it; a family benchc does not build, a quantized model and
+    (under model llama) another family are refused."""
     model_type = config.get("model_type")
-    if model_type != "llama":
+    if kind == "llama" and model_type != "llama":
         found = config.get("_class_name") or model_type or "no model_type"
-        raise CheckpointError(
-            f'{file} is for {found}, not a Llama (model_type "llama")',
-            hint="name a folder saved from transformers' LlamaForCausalLM",
-        )
-    unsupported = [key for key in ("attention_bias", "mlp_bias", "tie_word_embeddings") if config.get(key)]
-    if unsupported:
-        raise CheckpointError(
-            f"{file} sets {', '.join(unsupported)}: benchc models Llama without biases "
-            "and with its own output matrix (parameters, FLOPs and memory would be wrong)"
-        )
-    shape = {name: _integer(config, key, file, "llama", name) for name, key in LLAMA_SHAPE.items()}
-    for name in ("hidden", "layers", "heads", "intermediate", "vocab"):
-        if shape[name] is None:
-            raise CheckpointError(f"{file} has no {LLAMA_SHAPE[name]}", hint=SAVE_HINT)
-    shape["kv_heads"] = shape["kv_heads"] or shape["heads"]
-    if shape["head_dim"] is None and shape["hidden"] % shape["heads"]:
-        raise CheckpointError(f"{file}: hidden_size {shape['hidden']:,} is not divisible by "
-                              f"num_attention_heads {shape['heads']:,}, and it gives no head_dim",
-                              hint=SAVE_HINT)  # fmt: skip
-    shape["head_dim"] = shape["head_dim"] or shape["hidden"] // shape["heads"]
-    if shape["head_dim"] % 2:
-        raise CheckpointError(f"{file}: head_dim is {shape['head_dim']:,}, an odd number: rotary position "
+        raise CheckpointError(f'{file} is for {found}, not a Llama (model_type "llama")',
+                              hint="write model causal_lm: it builds every family benchc does")  # fmt: skip
+    if model_type not in FAMILIES:
+        found = json.dumps(model_type)[:40] if model_type is not None else "no model_type"
+        raise CheckpointError(f"{file} is for model_type {found}, not a family benchc builds",
+                              hint=f"supported model types: {', '.join(FAMILIES)}")  # fmt: skip
+    for refused, why in REFUSED_CONFIG_KEYS.items():
+        if refused in config:
+            raise CheckpointError(f"{file} sets {refused}: {why}",
+                                  hint=f"remove {refused} from a copy of the folder")  # fmt: skip
+    settings = {}
+    for setting, key in config_keys(model_type).items():
+        if key not in config or config[key] is None:
+            continue
+        value = config[key]
+        if setting == "tie_embeddings":
+            if not isinstance(value, bool):
+                raise CheckpointError(f"{file}: {key} = {json.dumps(value)[:40]} is not true or false")
+        elif setting == "rope_theta":
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e12:
+                raise CheckpointError(f"{file}: {key} = {json.dumps(value)[:40]} is not a positive number")
+        else:
+            value = _integer(config, key, file, kind, setting)
+        settings[setting] = value
+    hidden, heads, head_dim = (settings.get(k) for k in ("hidden", "heads", "head_dim"))
+    if head_dim is None and model_type in DERIVED_HEAD_DIM and hidden and heads and hidden % heads:
+        raise CheckpointError(f"{file}: hidden_size {hidden:,} is not divisible by num_attention_heads "
+                              f"{heads:,}, and it gives no head_dim", hint=SAVE_HINT)  # fmt: skip
+    if head_dim is not None and head_dim % 2:
+        raise CheckpointError(f"{file}: head_dim is {head_dim:,}, an odd number: rotary position "
                               "embeddings rotate pairs of dimensions")  # fmt: skip
-    shape["max_positions"] = shape["max_positions"] or 2048  # LlamaConfig's default
-    expected = expected_llama_tensors(**{k: v for k, v in shape.items() if k != "max_positions"})
+    if model_type in SWITCHED_ON and not config.get("use_sliding_window"):
+        settings.pop("sliding_window", None)  # the Qwen families: present, but off
+    taken = {*config_keys(model_type).values(), *NOT_THE_MODEL, "use_sliding_window"}
+    extra = {key: value for key, value in sorted(config.items()) if key not in taken}
+    if len(json.dumps(extra)) > CONFIG_LIMIT:
+        raise CheckpointError(f"{file}: its other keys take over {CONFIG_LIMIT:,} bytes")
+    return model_type, settings, extra
+
+
+def _read_causal_lm(folder: Path, path: str, config: dict, kind: str, expected_of) -> Checkpoint:
+    file = f"{path}/config.json"
+    model_type, shape, extra = causal_lm_settings(config, file, kind)
+    expected = expected_of({"model_type": model_type, **config}) if expected_of is not None else None
     tensors = _check_tensors(folder, path, TRANSFORMERS_WEIGHTS, expected)
-    return Checkpoint(path, "llama", shape, tensors)
+    return Checkpoint(path, "causal_lm", shape, tensors, model_type=model_type, extra=extra)
 
 
 def _read_mmdit(folder: Path, path: str, config: dict, where: str | None = None) -> Checkpoint:

@@ -3,14 +3,11 @@
 Pure standard library: `benchc check` uses this, and check must never import torch, diffusers or
 transformers. A .safetensors file is 8 bytes (little-endian u64 header length N), N bytes of UTF-8
 JSON `{name: {"dtype", "shape", "data_offsets"}, "__metadata__": {...}}`, then the tensor data;
-only the header is read. The expected names and shapes are closed forms of what the real libraries
-build and save (tests/test_checkpoint_tensors.py holds them to transformers and diffusers):
+only the header is read. A causal LM's expected names and shapes are counted from the model its
+config builds (plan/census.py: save_pretrained's state_dict, without a tied head); the MMDiT's
+are a closed form of what diffusers builds and saves (tests/test_checkpoint_tensors.py holds
+both to the real libraries):
 
-- Llama: `LlamaForCausalLM(LlamaConfig(...))`, attention_bias and mlp_bias off. The rotary
-  `inv_freq` buffer is non-persistent, so it is in neither state_dict() nor the files. With tied
-  embeddings state_dict() still lists `lm_head.weight` (the embedding tensor itself), but
-  save_pretrained drops the duplicate: the files hold no `lm_head.weight`, and neither does the
-  closed form.
 - MMDiT: diffusers' `SD3Transformer2DModel` with no dual-attention layers. The last block is
   `context_pre_only` (its norm1_context is an AdaLayerNormContinuous, it has no to_add_out and no
   ff_context). `pos_embed.pos_embed` is saved only when pos_embed_max_size is set; sample_size then
@@ -131,41 +128,6 @@ def _entry(path: Path, name: str, entry: object, data_size: int) -> tuple[str, S
                 f"{elements * width:,}; the file is damaged or was not written by safetensors"
             )
     return dtype, tuple(shape)
-
-
-def expected_llama_tensors(
-    hidden: int,
-    layers: int,
-    heads: int,
-    kv_heads: int,
-    head_dim: int,
-    intermediate: int,
-    vocab: int,
-    tie_word_embeddings: bool = False,
-) -> dict[str, Shape]:
-    """The tensors a LlamaForCausalLM checkpoint holds: name -> shape, as save_pretrained writes them.
-
-    Tied embeddings: no `lm_head.weight` (see the module docstring).
-    """
-    q, kv = heads * head_dim, kv_heads * head_dim
-    tensors: dict[str, Shape] = {"model.embed_tokens.weight": (vocab, hidden)}
-    for i in range(layers):
-        p = f"model.layers.{i}."
-        tensors |= {
-            p + "self_attn.q_proj.weight": (q, hidden),
-            p + "self_attn.k_proj.weight": (kv, hidden),
-            p + "self_attn.v_proj.weight": (kv, hidden),
-            p + "self_attn.o_proj.weight": (hidden, q),
-            p + "mlp.gate_proj.weight": (intermediate, hidden),
-            p + "mlp.up_proj.weight": (intermediate, hidden),
-            p + "mlp.down_proj.weight": (hidden, intermediate),
-            p + "input_layernorm.weight": (hidden,),
-            p + "post_attention_layernorm.weight": (hidden,),
-        }
-    tensors["model.norm.weight"] = (hidden,)
-    if not tie_word_embeddings:
-        tensors["lm_head.weight"] = (vocab, hidden)
-    return tensors
 
 
 def _linear(prefix: str, out_features: int, in_features: int) -> dict[str, Shape]:

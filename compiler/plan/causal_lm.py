@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 from ..catalog.causal_lm import FAMILIES, FAMILY_KEYS, config_keys, transformers_config
+from ..checkpoints.folder import CheckpointError, causal_lm_settings
 from ..diagnostics import BenchError, Diagnostic, Span, choices_hint
 from ..files import read_bounded
 from .census import CensusError, canonical, census_of
@@ -20,12 +21,6 @@ from .types import CausalLM
 from .variants import Settings
 
 CONFIG_LIMIT = 1 * 2**20
-# config.json keys that describe the file, not the model
-NOT_THE_MODEL = {"architectures", "torch_dtype", "dtype", "transformers_version", "_name_or_path",
-                 "auto_map", "model_type", "use_cache", "bos_token_id", "eos_token_id",
-                 "pad_token_id"}  # fmt: skip
-# config.json keys benchc refuses: the model built would not be the one counted and measured
-REFUSED = {"quantization_config": "benchc builds and measures the model unquantized"}
 FAMILY_ONLY = ("experts", "experts_per_token", "sliding_window")
 
 
@@ -39,7 +34,11 @@ def _families_hint(found: str | None = None) -> str:
 def resolve_causal_lm(settings: Settings, kind: str, model: dict, written: dict, problems: list) -> None:
     """Fill `model` (defaults, preset and written settings merged) with its family and its config
     folder's settings, in place. Problems are appended, located."""
-    if model.get("config") is not None:
+    if model.get("config") is not None and model.get("weights") is not None:
+        problems.append(Diagnostic("model: config and weights both name the model",
+                                   settings.span(("model", kind, "config"), True),
+                                   hint="weights gives the config too: remove config"))  # fmt: skip
+    elif model.get("config") is not None:
         _read_config_folder(settings, kind, model, written, problems)
     if kind == "llama":
         if model.get("model_type", "llama") != "llama":
@@ -103,33 +102,24 @@ def _read_config_folder(settings: Settings, kind: str, model: dict, written: dic
         problems.append(Diagnostic(f"config: {folder}/config.json names no model_type", at,
                                    hint="name a folder that save_pretrained wrote"))  # fmt: skip
         return
-    model_type = config["model_type"]
-    for refused, why in REFUSED.items():
-        if refused in config:
-            problems.append(Diagnostic(f"config: {folder}/config.json sets {refused}: {why}", at,
-                                       hint=f"remove {refused} from a copy of the folder"))  # fmt: skip
-    if model.get("model_type") not in (None, model_type) and "model_type" in written:
+    if model.get("model_type") not in (None, config["model_type"]) and "model_type" in written:
         problems.append(Diagnostic(
-            f'model_type is "{model["model_type"]}", but {folder}/config.json is for "{model_type}"',
+            f'model_type is "{model["model_type"]}", but {folder}/config.json is for '
+            f'"{config["model_type"]}"',
             settings.span(("model", kind, "model_type"), True),
             hint="remove model_type: the config gives it",
         ))  # fmt: skip
         return
-    if model_type not in FAMILIES:
-        problems.append(Diagnostic(f'config: {folder}/config.json is for model_type "{model_type}", '
-                                   "not a family benchc builds", at,
-                                   hint=_families_hint(model_type)))  # fmt: skip
+    try:  # every size bounded as the spec bounds it, before anything is built from it
+        model_type, found, extra = causal_lm_settings(config, f"{folder}/config.json", "causal_lm")
+    except CheckpointError as exc:
+        problems.append(Diagnostic(f"config: {exc.message}", at, hint=exc.hint))
         return
     model["model_type"] = model_type
-    keys = config_keys(model_type)
-    taken = set(keys.values()) | NOT_THE_MODEL | set(REFUSED) | {"use_sliding_window"}
-    for setting, config_key in keys.items():
-        if setting not in written and config_key in config:
-            model[setting] = config[config_key]
-    if model_type in ("qwen2", "qwen3", "qwen3_moe") and not config.get("use_sliding_window"):
-        if "sliding_window" not in written:
-            model["sliding_window"] = None  # present but off
-    model["config_extra"] = {k: v for k, v in sorted(config.items()) if k not in taken}
+    for setting in config_keys(model_type):
+        if setting not in written:
+            model[setting] = found.get(setting)
+    model["config_extra"] = extra
     model["config"] = str(folder)
 
 

@@ -3,8 +3,9 @@
 One job: answer `census_of(config)` without importing torch in this process. The answer comes,
 in this order, from the table shipped for the presets (catalog/causal_lm_census.json, checked
 against a fresh count by tests/test_causal_lm.py), from benchc's cache (cache.py, keyed by the
-config and the transformers version), or from a child process (plan/census_probe.py) that
-builds the model on the meta device and counts its Linear and Embedding shapes. So a new
+config and the transformers version), or from a child process (plan/census_probe.py, one
+for all of a command's counts) that builds the model on the meta device and counts its
+Linear and Embedding shapes. So a new
 family needs no arithmetic of its own, and a preset is counted without torch installed.
 
 `python -m benchc.plan.census --write-presets` rewrites the shipped table.
@@ -12,10 +13,14 @@ family needs no arithmetic of its own, and a preset is counted without torch ins
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import select
 import subprocess
 import sys
+import tempfile
+import threading
 from functools import lru_cache
 from importlib import metadata, resources
 
@@ -134,17 +139,89 @@ def count_afresh(configs: list[dict]) -> list[dict]:
     return _run_probe({"configs": configs})
 
 
+class _Prober:
+    """One child process (census_probe.py) for all of this process's counts: torch and
+    transformers are imported once (seconds), each count then takes milliseconds. It reads one
+    request a line until its stdin closes, so it ends with this process however that ends
+    (atexit closes it; after a kill, the closed pipe does)."""
+
+    def __init__(self) -> None:
+        self.process: subprocess.Popen | None = None
+        self.errors = None
+        self.lock = threading.Lock()
+
+    def ask(self, request: dict):
+        with self.lock:
+            if self.process is None or self.process.poll() is not None:
+                self._start()
+            try:
+                self.process.stdin.write(json.dumps(request) + "\n")
+                self.process.stdin.flush()
+                ready, _, _ = select.select([self.process.stdout], [], [], PROBE_TIMEOUT_S)
+                line = self.process.stdout.readline() if ready else None
+            except OSError:
+                line = ""
+            if line is None:
+                self.close()
+                raise CensusError(f"counting the model on the meta device took over {PROBE_TIMEOUT_S} s")
+            if not line.strip():
+                self.close()
+                self.errors.seek(0)
+                last = (self.errors.read().decode(errors="replace").strip().splitlines() or ["no output"])[-1]
+                raise CensusError(f"counting the model on the meta device failed: {last}")
+            return json.loads(line)
+
+    def _start(self) -> None:
+        environment = {**os.environ, "PYTHONWARNINGS": "ignore", "TRANSFORMERS_VERBOSITY": "error"}
+        self.errors = tempfile.TemporaryFile()
+        self.process = subprocess.Popen([sys.executable, "-m", "benchc.plan.census_probe"],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errors,
+                                        text=True, env=environment)  # fmt: skip
+        atexit.register(self.close)
+
+    def close(self) -> None:
+        process, self.process = self.process, None
+        if process is None:
+            return
+        try:
+            process.stdin.close()
+            process.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            process.kill()
+            process.wait()
+
+
+_PROBER = _Prober()
+
+
 def _run_probe(request: dict):
-    environment = {**os.environ, "PYTHONWARNINGS": "ignore", "TRANSFORMERS_VERBOSITY": "error"}
-    try:
-        done = subprocess.run([sys.executable, "-m", "benchc.plan.census_probe"], input=json.dumps(request),
-                              capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, env=environment)  # fmt: skip
-    except subprocess.TimeoutExpired as exc:
-        raise CensusError(f"counting the model on the meta device took over {PROBE_TIMEOUT_S} s") from exc
-    if done.returncode != 0 or not done.stdout.strip():
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise CensusError(f"counting the model on the meta device failed: {last}")
-    return json.loads(done.stdout)
+    return _PROBER.ask(request)
+
+
+def checkpoint_tensors(config: dict) -> dict[str, tuple]:
+    """The tensors a checkpoint of this config holds, as save_pretrained writes them (name ->
+    shape), from the model built on the meta device; cached as the census is."""
+    text = canonical(config)
+    version = _transformers_version()
+    if version is None:
+        raise CensusError(
+            "benchc compares a weights folder with the model its config builds, on the meta device, "
+            "which needs transformers and torch: install the run extra"
+        )
+    name = f"tensors-{cache.key(text, version)}.json"
+    stored = cache.read_bytes(name)
+    answer = None
+    if stored is not None:
+        try:
+            answer = json.loads(stored)
+        except ValueError:
+            answer = None
+    if not isinstance(answer, dict) or not isinstance(answer.get("tensors"), dict):
+        answer = _run_probe({"config": json.loads(text), "tensors": True})
+        if "error" in answer:
+            raise CensusError(f"transformers refuses the checkpoint's config: {answer['error']}")
+        cache.write_bytes(name, json.dumps(answer, sort_keys=True).encode())
+    return {tensor: tuple(shape) for tensor, shape in answer["tensors"].items()}
 
 
 def census_of(config: dict) -> Census:
@@ -158,7 +235,8 @@ def preset_configs() -> list[dict]:
     from ..catalog.presets import PRESETS
     from .lower import MODEL_DEFAULTS
 
-    models = [{**MODEL_DEFAULTS[kind], **p} for kind in ("causal_lm", "llama") for p in PRESETS[kind].values()]
+    kinds = ("causal_lm", "llama")
+    models = [{**MODEL_DEFAULTS[kind], **p} for kind in kinds for p in PRESETS[kind].values()]
     return [json.loads(text) for text in sorted({canonical(transformers_config(m)) for m in models})]
 
 

@@ -2,10 +2,13 @@
 meta device and prints what it holds, as JSON. The only module of the check path that imports
 torch, and only here, in its own process (benchc check / plan / compile never import torch).
 
-Reads {"config": {...}} (config.json's form) on stdin; writes one JSON object on stdout, or
-{"error": "..."} for a config transformers refuses ({"configs": [...]}: a list of those). Counted from the built model, for any
-family: parameters (a tied matrix once), the Linear weights a token multiplies through (each
-expert list's weights scaled to the experts a token is routed to, the router counted whole),
+Reads one request a line, {"config": {...}} (config.json's form), on stdin until it closes;
+answers each with one line on stdout, one JSON object, or
+{"error": "..."} for a config transformers refuses ({"configs": [...]}: a list of those;
+{"config": ..., "tensors": true}: the tensors its checkpoint holds, name -> shape). Counted
+from the built model, for any family: parameters (a tied matrix once), the Linear weights a
+token multiplies through (each expert list's weights scaled to the experts a token is routed
+to, the router counted whole),
 the output head, each layer's attention facts (query and key/value widths, sliding window),
 the largest layer and parameter, the decoder-layer class and whether the config carries a
 tensor-parallel plan.
@@ -98,20 +101,42 @@ def _plain(value):
     return value if isinstance(value, (int, float, str, bool)) or value is None else None
 
 
-def _answer(config: dict) -> dict:
+def tensors(config_dict: dict) -> dict:
+    """The tensors save_pretrained writes for the model of this config: name -> shape (a tied
+    output head is not written)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    data = dict(config_dict)
+    config = AutoConfig.for_model(data.pop("model_type"), **data)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    tied = set(getattr(model, "_tied_weights_keys", None) or []) if config.tie_word_embeddings else set()
+    return {"tensors": {name: list(t.shape) for name, t in model.state_dict().items() if name not in tied}}
+
+
+def _answer(config: dict, what=census) -> dict:
     try:
-        return census(config)
+        return what(config)
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
+def _respond(request: dict):
+    if "configs" in request:  # several models at once: {"configs": [...]} -> a list
+        return [_answer(config) for config in request["configs"]]
+    if request.get("tensors"):  # {"config": ..., "tensors": true}: what its checkpoint holds
+        return _answer(request["config"], tensors)
+    return _answer(request["config"])
+
+
 def main() -> int:
-    request = json.loads(sys.stdin.read())
-    if "configs" in request:  # several models, one process: {"configs": [...]} -> a list
-        answer = [_answer(config) for config in request["configs"]]
-    else:
-        answer = _answer(request["config"])
-    sys.stdout.write(json.dumps(answer, sort_keys=True))
+    """One request per line on stdin, one answer per line on stdout, until stdin closes (the
+    parent ended: so does this process)."""
+    for line in sys.stdin:
+        if line.strip():
+            sys.stdout.write(json.dumps(_respond(json.loads(line)), sort_keys=True) + "\n")
+            sys.stdout.flush()
     return 0
 
 

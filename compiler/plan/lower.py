@@ -277,10 +277,10 @@ def _resolve_model(settings: Settings, kind: str, problems: list) -> dict:
         preset_values = known[preset]
         model.update(preset_values)
     model.update(written)
-    if kind in CAUSAL_KINDS:
-        resolve_causal_lm(settings, kind, model, written, problems)
     if model["weights"] is not None:  # the checkpoint gives the shape the spec left to it
         resolve_weights(settings, kind, model, preset_values, problems)
+    if kind in CAUSAL_KINDS:
+        resolve_causal_lm(settings, kind, model, written, problems)
     if kind == "sd3" and "text_tokens" in written:
         problems.append(
             Diagnostic(

@@ -13,8 +13,9 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from ..checkpoints.folder import Checkpoint, CheckpointError, read_checkpoint
+from ..checkpoints.folder import NOT_THE_MODEL, Checkpoint, CheckpointError, read_checkpoint
 from ..diagnostics import Diagnostic
+from .census import CensusError, checkpoint_tensors
 from .variants import Settings
 
 
@@ -52,6 +53,15 @@ def resolve_weights(settings: Settings, kind: str, model: dict, preset: dict, pr
             unlike_preset.append(f"{name} {preset[name]} where the checkpoint has {value}")
         else:
             model[name] = value
+    if checkpoint.model_type is not None:  # a causal LM: its family and its config's other keys
+        if settings.has(("model", kind, "model_type")) and model.get("model_type") != checkpoint.model_type:
+            problems.append(Diagnostic(
+                f'model_type is "{model["model_type"]}", but the checkpoint is for "{checkpoint.model_type}" '
+                f"({path})", settings.span(("model", kind, "model_type")),
+                hint="remove model_type: the checkpoint gives it",
+            ))  # fmt: skip
+        model["model_type"] = checkpoint.model_type
+        model["config_extra"] = dict(checkpoint.extra)
     if unlike_preset:
         problems.append(
             Diagnostic(
@@ -90,10 +100,19 @@ def _absolute(settings: Settings, key: tuple, written: str) -> str:
     return str(Path(path).resolve())
 
 
+def _expected_tensors(config: dict) -> dict:
+    """A causal LM checkpoint's tensors, counted from the model its config builds."""
+    model = {k: v for k, v in config.items() if k not in NOT_THE_MODEL or k == "model_type"}
+    try:
+        return checkpoint_tensors(model)
+    except CensusError as exc:
+        raise CheckpointError(str(exc)) from None
+
+
 @lru_cache(maxsize=16)
 def _read_cached(path: str, kind: str, stamp: tuple) -> Checkpoint | CheckpointError:
     try:
-        return read_checkpoint(path, kind)
+        return read_checkpoint(path, kind, _expected_tensors if kind in ("llama", "causal_lm") else None)
     except CheckpointError as exc:
         return exc
 

@@ -788,32 +788,45 @@ def tensor_parallel(model, device_type: str, degree: int):
                 plan[name] = style()
     parallelize_module(model.model, mesh, plan)
     # The KV cache is sized from the config: give it this rank's share of the heads.
+    share_heads(model, degree)
+    return model
+
+
+def share_heads(model, degree: int) -> None:
+    """This rank's share of the heads in the config, which a static KV cache is sized from;
+    the head width written out first (a config that leaves it to hidden / heads would
+    otherwise give the cache heads twice as wide)."""
+    model.config.head_dim = transformer_blocks(model)[0].self_attn.head_dim
     model.config.num_attention_heads //= degree
     model.config.num_key_value_heads //= degree
-    return model
 
 
 def deepspeed_tensor_parallel(model, degree: int, dtype, graphs: bool):
     """Tensor parallel by DeepSpeed inference (AutoTP), as optimum-habana's text generation
     runs it on Gaudi: q, k, v, gate and up split by columns, o and down by rows, each rank
-    holding its part in `dtype`. A model still on the meta device is materialised by
-    DeepSpeed on the device (its shards only), to be filled by materialise(). Used by the
-    Gaudi adapter; in the core so the CPU runs the same path in tests."""
+    holding its part in `dtype`. A dense model names its decoder layer's two row-split
+    projections (the injection policy); a mixture of experts is left to AutoTP's own rules
+    (it splits each expert, keeps the router whole), as optimum-habana's example leaves
+    Mixtral. A model still on the meta device is materialised by DeepSpeed on the device
+    (its shards only), to be filled by materialise(). Used by the Gaudi adapter; in the core
+    so the CPU runs the same path in tests."""
     import deepspeed
 
-    layer = type(transformer_blocks(model)[0])  # the model's decoder layer class
+    options = {}
+    if not PLAN["model"]["experts"]:
+        layer = type(transformer_blocks(model)[0])  # the model's decoder layer class
+        options["injection_policy"] = {layer: ("self_attn.o_proj", "mlp.down_proj")}
     engine = deepspeed.init_inference(
         model,
         dtype=dtype,
         tensor_parallel={"tp_size": degree},
         enable_cuda_graph=graphs,  # HPU graphs on Gaudi, as upstream passes use_hpu_graphs
-        injection_policy={layer: ("self_attn.o_proj", "mlp.down_proj")},
+        **options,
     )
     model = engine.module
     # transformers sizes a static KV cache from the config: this rank's share of the heads
     # (DeepSpeed divides the attention modules' own head counts, not the config's).
-    model.config.num_attention_heads //= degree
-    model.config.num_key_value_heads //= degree
+    share_heads(model, degree)
     return model
 
 
@@ -845,9 +858,10 @@ class DecodeLoop:
     symbolic (its automatic dynamic shapes) for every later bucket: at most two compilations
     however many buckets the output spans, each bucket then its own CUDA graph under
     reduce-overhead (CUDA graph trees record one graph per shape). The attention mask is made
-    on the device from the positions (keys up to each query's position, over the bucket's
-    keys), a 4-D mask transformers passes unchanged to the attention kernel. The tokens are
-    transformers' greedy generate's."""
+    on the device from the positions (keys up to each query's position, and within the
+    sliding window where the model has one, over the bucket's keys), a 4-D mask transformers
+    passes unchanged to the attention kernel (one per layer type where the config lays them
+    out). The tokens are transformers' greedy generate's."""
 
     def __init__(
         self, model, prompt, new_tokens: int, compile_options, bucket=None
@@ -866,6 +880,10 @@ class DecodeLoop:
             device=device,
             dtype=dtype,
         )
+        # a sliding window: keys older than `window` positions are masked out, in every layer
+        # or (a config that lays out layer_types) in its sliding-attention layers only
+        self.window = getattr(model.config, "sliding_window", None)
+        self.per_layer_type = bool(getattr(model.config, "layer_types", None))
         self.keys = torch.arange(self.size, device=device)
         self.prompt_positions = torch.arange(length, device=device)
         self.position = torch.zeros(1, dtype=torch.long, device=device)
@@ -882,7 +900,12 @@ class DecodeLoop:
         """One forward over `tokens` at `positions`, attending to the cache's first
         len(`keys`) keys (`keys`: their positions), and the next token of each sequence."""
         self.cache.keys_read = keys.shape[0]
-        mask = (keys <= positions[:, None])[None, None]
+        causal = keys <= positions[:, None]
+        mask = causal[None, None]
+        if self.window:
+            windowed = (causal & (keys > positions[:, None] - self.window))[None, None]
+            full_layers = {"full_attention": mask, "sliding_attention": windowed}
+            mask = full_layers if self.per_layer_type else windowed
         logits = self.model(
             input_ids=tokens,
             attention_mask=mask,
