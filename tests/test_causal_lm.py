@@ -486,3 +486,43 @@ def test_a_weights_folder_whose_tensors_are_not_its_config_s_model_is_refused_at
     errors = _errors(path)
     assert any("do not match the model its config.json describes" in e.message and "experts.3" in e.message
                and e.span.line == 2 for e in errors), [e.message for e in errors]  # fmt: skip
+
+
+@pytest.mark.integration
+def test_each_rank_reads_only_its_part_of_a_sharded_checkpoint(write, tmp_path):
+    """A Llama saved in several safetensors shards. On 2 CPU ranks, tensor-parallel generation
+    and FSDP2 training each read at most 0.6 of the checkpoint's bytes per rank (counted by
+    wrapping safetensors' reader, tests/readcount/), and the tensor-parallel tokens equal one
+    process's from the same weights (each slice read where it belongs)."""
+    from helpers import REPO
+
+    model = _save(tmp_path / "w", "llama", num_hidden_layers=4, vocab_size=64)  # mostly layers: split
+    model.save_pretrained(tmp_path / "w", max_shard_size="60KB")
+    shards = sorted((tmp_path / "w").glob("model-*.safetensors"))
+    assert len(shards) > 2
+    total = sum(p.numel() * p.element_size() for p in model.parameters())
+    infer = INFER.replace("infer {", "infer { attention = sdpa;")
+    path = write("w.bench", f'experiment fam {{\n  model causal_lm {{ weights = "{tmp_path / "w"}" }}\n'
+                 f"  {infer}\n  targets = [cpu]\n}}\n")  # fmt: skip
+    counted = {"PYTHONPATH": str(REPO / "tests" / "readcount")}
+
+    def run(out: str, *sets: str) -> dict:
+        args = [a for s in sets for a in ("--set", s)]
+        assert run_cli("compile", str(path), "-o", str(tmp_path / out), *args).code == 0
+        prefix = tmp_path / f"{out}-read"
+        env = {**counted, "BENCHC_TEST_READCOUNT": str(prefix)}
+        if not sets:  # one process: no launcher names its rank for the counter
+            env.update(RANK="0", WORLD_SIZE="1")
+        metrics = _launch(tmp_path / out / "fam/cpu/default", env)
+        reads = [json.loads(p.read_text()) for p in sorted(tmp_path.glob(f"{out}-read.*.json"))]
+        return metrics, reads
+
+    whole, reads = run("one")
+    assert reads and reads[0]["bytes"] >= total  # one process reads it all
+    split, reads = run("tp", "cluster.devices_per_node=2", "parallel.tensor=2")
+    assert len(reads) == 2 and all(r["bytes"] <= 0.6 * total for r in reads), (reads, total)
+    assert split["generation"]["first_sequence"] == whole["generation"]["first_sequence"]
+    path.write_text(path.read_text().replace(infer, TRAIN))
+    trained, reads = run("fsdp", "cluster.devices_per_node=2", "parallel.sharding=fsdp")
+    assert trained["status"] == "ok" and trained["runtime_detail"]["wrapper"].startswith("FSDP")
+    assert len(reads) == 2 and all(r["bytes"] <= 0.6 * total for r in reads), (reads, total)

@@ -43,6 +43,9 @@ CASES = {
     "s4-zero2": ("beluga-train.bench", ["parallel.sharding=zero2", "train.precision=bf16"]),
     "s4-zero3": ("beluga-train.bench", ["parallel.sharding=zero3", "train.precision=bf16"]),
     "s5-tensor-parallel": ("beluga-infer.bench", []),
+    # a mixture of experts: every expert held, each token's activations in the experts it reaches
+    "moe-fsdp": ("qwen3-moe-train.bench", []),
+    "moe-tensor-parallel": ("mixtral-infer.bench", []),
 }
 
 

@@ -28,6 +28,8 @@ WORKLOADS = {  # spec, model kind
     "llama-train": ("beluga-train.bench", "llama"),
     "sd3-infer": ("sd3-infer.bench", "sd3"),
     "llama-infer": ("beluga-infer.bench", "llama"),
+    "moe-train": ("qwen3-moe-train.bench", "causal_lm"),
+    "moe-infer": ("mixtral-infer.bench", "causal_lm"),
 }
 FAMILIES = ("cpu", "h100", "gaudi2")
 PASSED_WHOLE = {"config", "args", "parts"}  # dicts handed to diffusers / transformers / torch
@@ -66,6 +68,9 @@ FLIPPED = {
     # tuned compiles benchc's decode step on CUDA already: there, writing false is the change
     "llama-infer": {"graphs": {"cpu": "true", "other": "false"}, "kv_cache": "dynamic",
                     "compile": {"h100": "false", "other": "true"}, "activation_checkpointing": "true"},
+    "moe-train": {"kv_heads": "8", "compile": {"h100": "false", "other": "true"}},
+    "moe-infer": {"graphs": {"cpu": "true", "other": "false"}, "hidden": "2048", "tensor": "1",
+                  "compile": {"h100": "false", "other": "true"}, "activation_checkpointing": "true"},
 }  # fmt: skip
 
 

@@ -237,6 +237,7 @@ def import_lines(
     runtime: str = "torch",
     grouped: bool = False,
     checkpoint: bool = False,
+    weights: bool = False,
 ) -> list[str]:
     """The third-party imports of a program, sorted and laid out as ruff (isort) wants them."""
     plain = {"import torch", "import torch.distributed as dist"}
@@ -277,8 +278,10 @@ def import_lines(
             need("transformers.masking_utils", "AttentionMaskInterface", "sdpa_mask")
         if family == "hpu":
             need("optimum.habana.transformers.modeling_utils", "adapt_transformers_to_gaudi")
-    if checkpoint:  # core_weights.py.j2
+    if checkpoint or weights:  # core_weights.py.j2; core_meta.py.j2's load_local_parts
         need("safetensors", "safe_open")
+    if weights:
+        need("torch.distributed.tensor", "DTensor")
     if kind != "sd3":  # core_meta.py.j2
         need("accelerate", "init_empty_weights")
     if workload == "train" and runtime == "accelerate":
@@ -341,6 +344,12 @@ def _hpu_mode(plan: Plan) -> dict:
     return {"hpu_lazy_mode": "1" if lazy else "0", "hpu_mode_comment": comment}
 
 
+def local_weights(plan: Plan) -> bool:
+    """The program reads each rank's part of local weights into a model built on the meta
+    device (core_meta.py.j2's load_local_parts): a causal LM with weights, split or sharded."""
+    return plan.model.kind == "causal_lm" and plan.model.weights is not None and plan.dims.meta_init
+
+
 def render_program(plan: Plan, env: jinja2.Environment | None = None) -> str:
     family, kind, workload = plan.target.family, plan.model.kind, plan.workload.kind
     what = {"mmdit": "MMDiT", "causal_lm": "causal LM", "sd3": "SD3 pipeline"}[kind]
@@ -367,8 +376,10 @@ def render_program(plan: Plan, env: jinja2.Environment | None = None) -> str:
             plan.runtime,
             grouped_llama(plan),
             plan.checkpoint is not None,
+            local_weights(plan),
         ),
         "checkpoint": plan.checkpoint is not None,
+        "local_weights": local_weights(plan),
         "deepspeed": plan.dims.deepspeed,
         "model_core": f"model_{kind}.py.j2",
         "grouped_attention": grouped_llama(plan),

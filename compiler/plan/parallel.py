@@ -54,7 +54,7 @@ class ParallelDims:
             pipeline=p.pipeline,
             sharding=p.sharding,
             training=plan.workload.kind == "train",
-            meta_init=builds_on_meta(plan.model, plan.workload),
+            meta_init=builds_on_meta(plan.model, plan.workload, plan.target.family),
         )
 
     @property
@@ -105,14 +105,18 @@ class ParallelDims:
         return self.sharding in ("fsdp", "zero3")
 
 
-def builds_on_meta(model, work) -> bool:
-    """Does the program build this Llama on the meta device and allocate only each rank's
-    shards? Training with FSDP2 always does (random weights need no loading). Tensor-parallel
-    inference does for models of 2B parameters and more: DTensor on CPU and CUDA, DeepSpeed's
-    AutoTP on Gaudi (it materialises a meta model's shards on the card; the program then fills
-    them). A model with local weights is loaded whole. (The MMDiT is always built whole.)"""
-    if model.kind != "causal_lm" or model.weights is not None:
+def builds_on_meta(model, work, family: str = "cpu") -> bool:
+    """Does the program build this causal LM on the meta device and allocate only each rank's
+    shards? Training with FSDP2 always does (random weights need no loading; local weights
+    are read shard by shard). Tensor-parallel inference does for models of 2B parameters and
+    more, and for any with local weights: DTensor on CPU and CUDA (each rank reading its slice
+    of the weights), DeepSpeed's AutoTP on Gaudi (it materialises a meta model's shards on the
+    card; the program then fills them with random weights: local weights there are loaded
+    whole, as DeepSpeed slices them). (The MMDiT is always built whole.)"""
+    if model.kind != "causal_lm":
         return False
+    if model.weights is not None:
+        return work.kind != "infer" or family != "hpu"
     if work.kind != "infer":
         return True
     return model.census.params >= META_INIT_PARAMS

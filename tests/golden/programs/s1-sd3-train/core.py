@@ -783,16 +783,18 @@ def profile_steps(device, rank: int, steps: int, run_step, trace_to: str):
 def build_on_meta(model_plan: dict, on_meta: bool, device, dtype=None):
     """The model, with its parameters on the meta device (no memory) when on_meta: they are
     allocated later, shard by shard, by materialise(). Buffers (rotary and position tables)
-    are small and computed at construction, so they are built for real and kept."""
+    are small and computed at construction, so they are built for real and kept. With local
+    weights, the model of their config (the plan's) is built there, not loaded."""
     if not on_meta:
         return build_on_device(model_plan, device, dtype), {}
     with made_on(device, dtype), init_empty_weights(include_buffers=False):
-        model = build_model(model_plan)
+        model = build_model({**model_plan, "weights": None})
     return model, {name: b.to(device) for name, b in model.named_buffers()}
 
 
-def materialise(model, buffers: dict, device) -> None:
-    """Allocate this rank's shards, put the buffers back, and initialise the parameters."""
+def materialise(model, buffers: dict, device, weights=None) -> None:
+    """Allocate this rank's shards, put the buffers back, and initialise the parameters, or
+    read each one's local part from the local weights."""
     model.to_empty(device=device)
     with torch.no_grad():
         for name, buffer in model.named_buffers():

@@ -772,16 +772,18 @@ def profile_steps(device, rank: int, steps: int, run_step, trace_to: str):
 def build_on_meta(model_plan: dict, on_meta: bool, device, dtype=None):
     """The model, with its parameters on the meta device (no memory) when on_meta: they are
     allocated later, shard by shard, by materialise(). Buffers (rotary and position tables)
-    are small and computed at construction, so they are built for real and kept."""
+    are small and computed at construction, so they are built for real and kept. With local
+    weights, the model of their config (the plan's) is built there, not loaded."""
     if not on_meta:
         return build_on_device(model_plan, device, dtype), {}
     with made_on(device, dtype), init_empty_weights(include_buffers=False):
-        model = build_model(model_plan)
+        model = build_model({**model_plan, "weights": None})
     return model, {name: b.to(device) for name, b in model.named_buffers()}
 
 
-def materialise(model, buffers: dict, device) -> None:
-    """Allocate this rank's shards, put the buffers back, and initialise the parameters."""
+def materialise(model, buffers: dict, device, weights=None) -> None:
+    """Allocate this rank's shards, put the buffers back, and initialise the parameters, or
+    read each one's local part from the local weights."""
     model.to_empty(device=device)
     with torch.no_grad():
         for name, buffer in model.named_buffers():
@@ -1029,12 +1031,14 @@ def generate_benchmark(metrics: dict, started: float, trace_to=None) -> None:
     if degree > 1:
         model = device.inference_parallel(model, degree, dtype, run["graphs"])
     if on_meta:
-        materialise(model, buffers, device.device)
+        materialise(model, buffers, device.device, model_plan["weights"])
     model = model.to(dtype=dtype).eval()
     model = device.prepare_generation(model, run)
     vocab = model_plan["config"]["vocab_size"]
     shape = (run["batch"], run["input_tokens"])
-    prompt = torch.randint(0, vocab, shape, device=device.device)
+    # the prompt from a generator of its own: the same tokens whatever building the model drew
+    prompts = torch.Generator().manual_seed(run["seed"])
+    prompt = torch.randint(0, vocab, shape, generator=prompts).to(device.device)
     new_tokens = run["output_tokens"]
     if PLAN["optimize"]["knobs"]["decode"] == "loop":
         options = device.decode_compile_options(run)

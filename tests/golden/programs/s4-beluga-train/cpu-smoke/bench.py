@@ -376,7 +376,7 @@ def prepare_training(device, world: int, metrics: dict):
         compile_blocks(repeated_blocks(model), device.compile_options(), contiguous)
     model = wrap_parallel(model, device, parallel, world, dtype)
     if on_meta:
-        materialise(model, buffers, device.device)
+        materialise(model, buffers, device.device, model_plan["weights"])
     sharded = world > 1 and parallel["sharding"] == "fsdp"
     name, args = run["optimizer"]["name"], run["optimizer"]["args"]
     optimizer = device.optimizer(name, model.parameters(), args, sharded)
