@@ -490,10 +490,11 @@ def test_a_weights_folder_whose_tensors_are_not_its_config_s_model_is_refused_at
 
 @pytest.mark.integration
 def test_each_rank_reads_only_its_part_of_a_sharded_checkpoint(write, tmp_path):
-    """A Llama saved in several safetensors shards. On 2 CPU ranks, tensor-parallel generation
-    and FSDP2 training each read at most 0.6 of the checkpoint's bytes per rank (counted by
-    wrapping safetensors' reader, tests/readcount/), and the tensor-parallel tokens equal one
-    process's from the same weights (each slice read where it belongs)."""
+    """A Llama saved in several safetensors shards. On 2 CPU ranks, tensor-parallel generation,
+    FSDP2 and ZeRO-3 training each read at most 0.6 of the checkpoint's bytes per rank (counted
+    by wrapping safetensors' reader, tests/readcount/); the tensor-parallel tokens and the
+    ZeRO-3 first loss equal one process's from the same weights (each part read where it
+    belongs)."""
     from helpers import REPO
 
     model = _save(tmp_path / "w", "llama", num_hidden_layers=4, vocab_size=64)  # mostly layers: split
@@ -526,3 +527,11 @@ def test_each_rank_reads_only_its_part_of_a_sharded_checkpoint(write, tmp_path):
     trained, reads = run("fsdp", "cluster.devices_per_node=2", "parallel.sharding=fsdp")
     assert trained["status"] == "ok" and trained["runtime_detail"]["wrapper"].startswith("FSDP")
     assert len(reads) == 2 and all(r["bytes"] <= 0.6 * total for r in reads), (reads, total)
+    # ZeRO-3: each rank reads the rows that cover its flat partition of every parameter, and
+    # the first loss is one process's from the same weights and batch (each partition read
+    # where it belongs)
+    alone, _ = run("alone")
+    zero3, reads = run("zero3", "cluster.devices_per_node=2", "parallel.sharding=zero3")
+    assert zero3["status"] == "ok" and len(reads) == 2
+    assert all(r["bytes"] <= 0.6 * total for r in reads), (reads, total)
+    assert zero3["loss"]["all"][0] == pytest.approx(alone["loss"]["all"][0], rel=1e-5)

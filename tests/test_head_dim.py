@@ -230,9 +230,10 @@ def test_the_program_runs_on_the_cpu_and_its_tokens_equal_transformers_greedy_ge
     assert config["head_dim"] * config["num_attention_heads"] != config["hidden_size"]
     assert plan["parallel"]["tensor"] == processes == metrics["world_size"]
 
-    torch.manual_seed(run["seed"])  # the program's order: weights first, then the prompt
+    torch.manual_seed(run["seed"])  # the program's: the weights drawn from the seed
     model = LlamaForCausalLM(LlamaConfig(**{**config, "attn_implementation": "sdpa"})).eval()
-    prompt = torch.randint(0, config["vocab_size"], (run["batch"], run["input_tokens"]))
+    prompts = torch.Generator().manual_seed(run["seed"])  # the program's: a generator of its own
+    prompt = torch.randint(0, config["vocab_size"], (run["batch"], run["input_tokens"]), generator=prompts)
     with torch.no_grad():
         reference = model.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt),
                                    max_new_tokens=run["output_tokens"], min_new_tokens=run["output_tokens"],

@@ -157,12 +157,14 @@ def test_llama_inference_tokens_equal_transformers_greedy_generate(tmp_path):
     assert plan["parallel"]["tensor"] == 2 and plan["infer"]["kv_cache"] == "static"
     run = plan["infer"]
 
-    torch.manual_seed(run["seed"])  # the program's order: weights first, then the prompt
+    torch.manual_seed(run["seed"])  # the program's: the weights drawn from the seed
     # transformers' own attention (SDPA) for the reference; the program runs grouped_sdpa
     assert plan["model"]["config"]["attn_implementation"] == "benchc_grouped_sdpa"
     config = {**plan["model"]["config"], "attn_implementation": "sdpa"}
     model = LlamaForCausalLM(LlamaConfig(**config)).eval()
-    prompt = torch.randint(0, plan["model"]["config"]["vocab_size"], (run["batch"], run["input_tokens"]))
+    prompts = torch.Generator().manual_seed(run["seed"])  # the program's: a generator of its own
+    vocab = plan["model"]["config"]["vocab_size"]
+    prompt = torch.randint(0, vocab, (run["batch"], run["input_tokens"]), generator=prompts)
     with torch.no_grad():
         reference = model.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt),
                                    max_new_tokens=run["output_tokens"], min_new_tokens=run["output_tokens"],

@@ -237,7 +237,7 @@ def import_lines(
     runtime: str = "torch",
     grouped: bool = False,
     checkpoint: bool = False,
-    weights: bool = False,
+    weights: str | None = None,
 ) -> list[str]:
     """The third-party imports of a program, sorted and laid out as ruff (isort) wants them."""
     plain = {"import torch", "import torch.distributed as dist"}
@@ -280,7 +280,7 @@ def import_lines(
             need("optimum.habana.transformers.modeling_utils", "adapt_transformers_to_gaudi")
     if checkpoint or weights:  # core_weights.py.j2; core_meta.py.j2's load_local_parts
         need("safetensors", "safe_open")
-    if weights:
+    if weights == "shards":
         need("torch.distributed.tensor", "DTensor")
     if kind != "sd3":  # core_meta.py.j2
         need("accelerate", "init_empty_weights")
@@ -344,10 +344,19 @@ def _hpu_mode(plan: Plan) -> dict:
     return {"hpu_lazy_mode": "1" if lazy else "0", "hpu_mode_comment": comment}
 
 
-def local_weights(plan: Plan) -> bool:
-    """The program reads each rank's part of local weights into a model built on the meta
-    device (core_meta.py.j2's load_local_parts): a causal LM with weights, split or sharded."""
-    return plan.model.kind == "causal_lm" and plan.model.weights is not None and plan.dims.meta_init
+def local_weights(plan: Plan) -> str | None:
+    """How the program reads a causal LM's local weights rank by rank (core_meta.py.j2):
+    "shards", each DTensor's part, under FSDP2 training and tensor-parallel inference on CPU
+    and CUDA (the model built on the meta device); "partitions", each ZeRO-3 partition (the
+    model built under deepspeed.zero.Init); None: loaded whole by from_pretrained."""
+    dims = plan.dims
+    if plan.model.kind != "causal_lm" or plan.model.weights is None or plan.runtime != "torch":
+        return None
+    if dims.training and dims.zero_stage == 3 and dims.distributed:
+        return "partitions"
+    if dims.meta_init and (dims.fsdp if dims.training else dims.tensor_parallel):
+        return "shards"
+    return None
 
 
 def render_program(plan: Plan, env: jinja2.Environment | None = None) -> str:

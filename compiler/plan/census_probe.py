@@ -58,14 +58,14 @@ def census(config_dict: dict) -> dict:
 
     dense = expert = 0
     for layer in layers:
+        # the experts' matrices, whether a list of Linear layers (transformers 4) or fused
+        # [experts, out, in] parameters (transformers 5): every matrix under an `experts` module;
+        # matrices, not Linear layers, so a router that is a bare parameter counts too
         expert_lists = [m for name, m in layer.named_modules() if name.endswith("experts")]
         in_experts = {id(p) for lst in expert_lists for p in lst.parameters()}
-        for module in layer.modules():
-            if isinstance(module, torch.nn.Linear):
-                if id(module.weight) in in_experts:
-                    expert += module.weight.numel()
-                else:
-                    dense += module.weight.numel()
+        expert += sum(p.numel() for lst in expert_lists for p in lst.parameters() if p.dim() >= 2)
+        # every other matrix (projections, a router): what each token multiplies through
+        dense += sum(p.numel() for p in layer.parameters() if p.dim() >= 2 and id(p) not in in_experts)
     attention = layers[0].self_attn
     head_dim = int(attention.head_dim)
     q_heads = int(config.num_attention_heads)

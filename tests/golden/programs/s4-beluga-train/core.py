@@ -40,10 +40,12 @@ def enable_activation_checkpointing(model) -> None:
 
 
 def synthetic_batch(train: dict, model_plan: dict, device) -> dict:
-    """One batch of random token ids made on the device, before timing."""
+    """One batch of random token ids, before timing: from a generator of its own, so the same
+    tokens whatever building the model drew (random weights or a checkpoint, any layout)."""
     shape = (train["micro_batch"], train["seq_len"])
     vocab = model_plan["config"]["vocab_size"]
-    return {"input_ids": torch.randint(0, vocab, shape, device=device)}
+    tokens = torch.Generator().manual_seed(train["seed"])
+    return {"input_ids": torch.randint(0, vocab, shape, generator=tokens).to(device)}
 
 
 def step_draws(batch: dict) -> dict:

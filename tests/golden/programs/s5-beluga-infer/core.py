@@ -806,17 +806,25 @@ def tensor_parallel(model, device_type: str, degree: int):
     """Megatron-style tensor parallel with PyTorch's DTensor, by the plan transformers ships
     with the model's config (base_model_tp_plan): q, k, v, gate and up (each expert's too)
     split by output columns, o and down by input rows (one all-reduce after each), a router
-    split by columns and gathered whole. Each rank then holds heads / degree query heads and
-    kv_heads / degree KV heads."""
+    split by columns and gathered whole; what the plan keeps replicated stays whole. Each
+    rank then holds heads / degree query heads and kv_heads / degree KV heads."""
     mesh = init_device_mesh(device_type, (degree,))
     styles = {
         "colwise": ColwiseParallel,
         "rowwise": RowwiseParallel,
         "colwise_rep": lambda: ColwiseParallel(output_layouts=Replicate()),
     }
+    whole = ("replicate", "replicated_with_grad_allreduce")
+    unknown = set(model.config.base_model_tp_plan.values()) - set(styles) - set(whole)
+    if unknown:  # a newer transformers' plan: said plainly, not a KeyError
+        raise RuntimeError(
+            f"transformers' tensor-parallel plan for {model.config.model_type} uses "
+            f"{', '.join(sorted(unknown))}, which this program does not apply"
+        )
     patterns = [
         (re.compile(re.escape(pattern).replace(r"\*", r"\d+") + "$"), styles[style])
         for pattern, style in model.config.base_model_tp_plan.items()
+        if style not in whole
     ]
     plan = {}
     for name, _ in model.model.named_modules():
