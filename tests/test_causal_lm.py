@@ -20,7 +20,8 @@ from benchc.catalog.causal_lm import FAMILIES, PRESETS, PUBLISHED_PARAMS
 from benchc.codegen.points import render_point
 from benchc.diagnostics import BenchError
 from benchc.pipeline import plan_spec
-from benchc.plan.census import _shipped, canonical, count_afresh, preset_configs
+from benchc.plan.census import _shipped, canonical, count_afresh
+from benchc.plan.census_table import preset_configs
 
 from helpers import run_cli
 
@@ -535,3 +536,28 @@ def test_each_rank_reads_only_its_part_of_a_sharded_checkpoint(write, tmp_path):
     assert zero3["status"] == "ok" and len(reads) == 2
     assert all(r["bytes"] <= 0.6 * total for r in reads), (reads, total)
     assert zero3["loss"]["all"][0] == pytest.approx(alone["loss"]["all"][0], rel=1e-5)
+
+
+def test_a_whole_load_of_the_weights_shows_its_host_memory_per_node(write, tmp_path):
+    """Where a folder is loaded whole (each process's from_pretrained, fp32, before the move),
+    estimate says what the node's processes hold of the host together; where each rank reads
+    only its part, nothing."""
+    from benchc.plan.loading import host_loading, weights_by_rank
+
+    model = _save(tmp_path / "w", "qwen2", tie_word_embeddings=True)
+    params = sum(p.numel() for p in model.parameters())
+    path = write("w.bench", f'experiment w {{\n  model causal_lm {{ weights = "{tmp_path / "w"}" }}\n'
+                 "  infer { batch = 2 }\n  cluster { devices_per_node = 2 }\n  parallel { tensor = 2 }\n"
+                 "  targets = [gaudi2, h100]\n}\n")  # fmt: skip
+    gaudi, cuda = plan_spec(path, ["gaudi2", "h100"]).plans
+    assert weights_by_rank(cuda) == "shards" and host_loading(cuda) is None
+    loading = host_loading(gaudi)  # DeepSpeed's split slices what it is given: loaded whole
+    assert weights_by_rank(gaudi) is None and loading.bytes_per_node == 2 * 4 * params
+    result = run_cli("estimate", str(path), "--json")
+    records = {r["target"]: r for r in json.loads(result.out)["estimates"]}
+    assert records["gaudi2"]["loading"]["bytes_per_node"] == 2 * 4 * params
+    assert records["h100"]["loading"] is None
+    assert (
+        "of host memory per node: each of the node's 2 processes loads the folder whole"
+        in run_cli("estimate", str(path), "-t", "gaudi2").out
+    )

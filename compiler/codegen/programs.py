@@ -18,6 +18,7 @@ from ..catalog.metrics import METRICS
 from ..catalog.sd3_components import CLIP_TOKENS
 from ..catalog.sd3_components import FULL as FULL_PARTS
 from ..catalog.sd3_components import SMOKE as SMOKE_PARTS
+from ..plan.loading import weights_by_rank
 from ..plan.roofline import roofline
 from ..plan.types import CausalLM, MMDiTModel, Plan, SD3Pipeline, TrainWorkload
 from .environment import environment
@@ -344,21 +345,6 @@ def _hpu_mode(plan: Plan) -> dict:
     return {"hpu_lazy_mode": "1" if lazy else "0", "hpu_mode_comment": comment}
 
 
-def local_weights(plan: Plan) -> str | None:
-    """How the program reads a causal LM's local weights rank by rank (core_meta.py.j2):
-    "shards", each DTensor's part, under FSDP2 training and tensor-parallel inference on CPU
-    and CUDA (the model built on the meta device); "partitions", each ZeRO-3 partition (the
-    model built under deepspeed.zero.Init); None: loaded whole by from_pretrained."""
-    dims = plan.dims
-    if plan.model.kind != "causal_lm" or plan.model.weights is None or plan.runtime != "torch":
-        return None
-    if dims.training and dims.zero_stage == 3 and dims.distributed:
-        return "partitions"
-    if dims.meta_init and (dims.fsdp if dims.training else dims.tensor_parallel):
-        return "shards"
-    return None
-
-
 def render_program(plan: Plan, env: jinja2.Environment | None = None) -> str:
     family, kind, workload = plan.target.family, plan.model.kind, plan.workload.kind
     what = {"mmdit": "MMDiT", "causal_lm": "causal LM", "sd3": "SD3 pipeline"}[kind]
@@ -385,10 +371,10 @@ def render_program(plan: Plan, env: jinja2.Environment | None = None) -> str:
             plan.runtime,
             grouped_llama(plan),
             plan.checkpoint is not None,
-            local_weights(plan),
+            weights_by_rank(plan),
         ),
         "checkpoint": plan.checkpoint is not None,
-        "local_weights": local_weights(plan),
+        "local_weights": weights_by_rank(plan),
         "deepspeed": plan.dims.deepspeed,
         "model_core": f"model_{kind}.py.j2",
         "grouped_attention": grouped_llama(plan),

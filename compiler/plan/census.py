@@ -8,7 +8,7 @@ for all of a command's counts) that builds the model on the meta device and coun
 Linear and Embedding shapes. So a new
 family needs no arithmetic of its own, and a preset is counted without torch installed.
 
-`python -m benchc.plan.census --write-presets` rewrites the shipped table.
+plan/census_table.py writes the shipped table (`python -m benchc.plan.census_table`).
 """
 
 from __future__ import annotations
@@ -227,30 +227,3 @@ def checkpoint_tensors(config: dict) -> dict[str, tuple]:
 def census_of(config: dict) -> Census:
     """The census of a transformers causal LM config (config.json's form, model_type included)."""
     return _census_of(canonical(config))
-
-
-def preset_configs() -> list[dict]:
-    """The config of every preset a spec can name, as `model causal_lm` or `model llama`."""
-    from ..catalog.causal_lm import transformers_config
-    from ..catalog.presets import PRESETS
-    from .lower import MODEL_DEFAULTS
-
-    kinds = ("causal_lm", "llama")
-    models = [{**MODEL_DEFAULTS[kind], **p} for kind in kinds for p in PRESETS[kind].values()]
-    return [json.loads(text) for text in sorted({canonical(transformers_config(m)) for m in models})]
-
-
-def _write_presets() -> None:
-    """Rewrite the shipped table: every preset's config counted afresh."""
-    from pathlib import Path
-
-    configs = preset_configs()
-    table = {canonical(c): answer for c, answer in zip(configs, count_afresh(configs), strict=True)}
-    path = Path(__file__).resolve().parent.parent / "catalog" / TABLE
-    path.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    print(f"wrote {len(table)} presets to {path}")
-
-
-if __name__ == "__main__":
-    if sys.argv[1:] == ["--write-presets"]:
-        _write_presets()
