@@ -79,3 +79,23 @@ def test_installed_benchc_compiles_without_torch(installed):
                           cwd=elsewhere, capture_output=True, text=True)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert (elsewhere / "out/sd3_mmdit_train/gaudi2/batch-16/bench.py").exists()
+
+
+def test_installed_benchc_counts_presets_without_torch_and_says_what_a_custom_model_needs(installed):
+    """A causal LM preset is counted from the table benchc ships (no torch needed); a shape of
+    the user's own needs the model built on the meta device: without transformers, check says
+    so at the model block (exit 2), never a traceback."""
+    root, env_dir = installed
+    here = root / "causal"
+    shutil.copytree(SPECS, here / "specs")
+    benchc = str(env_dir / "bin" / "benchc")
+    done = subprocess.run([benchc, "compile", "specs/mixtral-infer.bench", "-o", "out"], cwd=here,
+                          capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    own = ('experiment own {\n  model causal_lm { model_type = "qwen2"; hidden = 64; layers = 2; '
+           "heads = 4; intermediate = 96 }\n  infer { batch = 1 }\n  targets = [h100]\n}\n")  # fmt: skip
+    (here / "own.bench").write_text(own)
+    refused = subprocess.run([benchc, "check", "own.bench"], cwd=here, capture_output=True, text=True)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert "own.bench:2:9:" in refused.stderr and "needs transformers and torch" in refused.stderr
+    assert "pip install 'benchc[run]'" in refused.stderr

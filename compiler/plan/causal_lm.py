@@ -16,7 +16,7 @@ from ..catalog.causal_lm import FAMILIES, FAMILY_KEYS, config_keys, transformers
 from ..checkpoints.folder import CheckpointError, causal_lm_settings
 from ..diagnostics import BenchError, Diagnostic, Span, choices_hint
 from ..files import read_bounded
-from .census import CensusError, canonical, census_of
+from .census import CensusError, CensusUnavailable, canonical, census_of
 from .types import CausalLM
 from .variants import Settings
 
@@ -137,15 +137,12 @@ def build_causal_lm(m: dict, at: Span | None) -> CausalLM:
     config = transformers_config(m)
     try:
         census = census_of(config)
+    except CensusUnavailable as exc:
+        hint = "pip install 'benchc[run]' (or name a preset: their counts ship with benchc)"
+        raise BenchError(Diagnostic(f"model: {exc}", at, hint=hint)) from None
     except CensusError as exc:
-        raise BenchError(
-            Diagnostic(
-                f"model: {exc}",
-                at,
-                hint="check the model's settings against its "
-                f"family's config in transformers ({m['model_type']})",
-            )
-        ) from None
+        hint = f"check the model's settings against its family's config in transformers ({m['model_type']})"
+        raise BenchError(Diagnostic(f"model: {exc}", at, hint=hint)) from None
     keys = config_keys(m["model_type"])
     intermediate = census.value(keys["intermediate"])
     windows = [w for w in census.windows if w]

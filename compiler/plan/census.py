@@ -35,6 +35,10 @@ class CensusError(Exception):
     """The model could not be counted: transformers refused the config, or is not installed."""
 
 
+class CensusUnavailable(CensusError):
+    """transformers (and torch) are not installed here: nothing can be built to count."""
+
+
 @frozen
 class Census:
     model_class: str  # transformers' class, e.g. MixtralForCausalLM
@@ -112,8 +116,10 @@ def _census_of(text: str) -> Census:
         return _from_json(shipped)
     version = _transformers_version()
     if version is None:
-        raise CensusError("benchc counts a model that is not a preset by building it on the meta device, "
-                          "which needs transformers and torch: install benchc's run extra")  # fmt: skip
+        raise CensusUnavailable(
+            "benchc counts a model that is not a preset by building it on the meta device, "
+            "which needs transformers and torch: install benchc's run extra"
+        )
     name = f"census-{cache.key(text, version)}.json"
     stored = cache.read_bytes(name)
     if stored is not None:
@@ -204,7 +210,7 @@ def checkpoint_tensors(config: dict) -> dict[str, tuple]:
     text = canonical(config)
     version = _transformers_version()
     if version is None:
-        raise CensusError(
+        raise CensusUnavailable(
             "benchc compares a weights folder with the model its config builds, on the meta device, "
             "which needs transformers and torch: install the run extra"
         )
