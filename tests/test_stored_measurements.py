@@ -237,3 +237,23 @@ def test_a_plan_uses_the_calibration_of_its_layout_where_one_is_stored(tmp_path)
     assert record["calibration"]["world_size"] == 8 and record["calibration"]["collectives_used"]
     (record, *_) = strict_json(run_cli(*asked, cwd=REPO).out)["estimates"]
     assert record["calibration"]["world_size"] == 2 and not record["calibration"]["collectives_used"]
+
+
+def test_calibrations_stored_in_the_same_millisecond_keep_the_order_they_were_stored(tmp_path, monkeypatch):
+    """Two calibrations whose start times are equal (the store's clock has milliseconds; a fast
+    disk stores two within one): the later stored is the later, never a coin toss of their ids
+    (which made the layout test above fail one run in several)."""
+    import benchc.results.calibrations as calibrations
+    from benchc.results.calibrations import finish_calibration, start_calibration
+
+    monkeypatch.setattr(calibrations, "now", lambda: "2026-12-07T00:00:00.000+00:00")
+    with Store(tmp_path / "r.db") as store:
+        for world in (8, 2, 4, 1):
+            made = start_calibration(store, target="h100", host="node-1", smoke=False, world_size=world,
+                                     build_path=None, environment={})  # fmt: skip
+            finish_calibration(store, made, "ok", None, calibration_file("h100", world_size=world, nodes=1))
+        assert latest_calibrations(store)["h100"].world_size == 1
+        assert [row["id"] for row in calibration_rows(store)] == [
+            c.id for c in calibrations.usable_calibrations(store)["h100"]
+        ]
+        assert [c.world_size for c in calibrations.usable_calibrations(store)["h100"]] == [8, 2, 4, 1]

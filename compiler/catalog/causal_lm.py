@@ -4,7 +4,7 @@ transformers config a resolved model becomes. Data and pure functions only, no t
 
 A family is a `model_type` of transformers' `AutoModelForCausalLM`. Its parameters, FLOPs and
 memory are never computed by a formula of its own: plan/census.py builds the model from the
-config made here on the meta device and counts what it holds (its Linear and Embedding
+config made here on the meta device and counts what it holds (its weight matrices and embedding
 shapes, its attention's facts).
 """
 

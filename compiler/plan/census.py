@@ -5,7 +5,7 @@ in this order, from the table shipped for the presets (catalog/causal_lm_census.
 against a fresh count by tests/test_causal_lm.py), from benchc's cache (cache.py, keyed by the
 config and the transformers version), or from a child process (plan/census_probe.py, one
 for all of a command's counts) that builds the model on the meta device and counts its
-Linear and Embedding shapes. So a new
+weight matrices and embedding. So a new
 family needs no arithmetic of its own, and a preset is counted without torch installed.
 
 plan/census_table.py writes the shipped table (`python -m benchc.plan.census_table`).
@@ -47,8 +47,8 @@ class Census:
     embedding: int  # the input embedding's elements (a lookup, no FLOPs)
     head: int  # the output head's weight elements (vocab x hidden), tied or not
     tied: bool
-    dense_matmul: int  # Linear weights every token multiplies through in the layers
-    expert_matmul: int  # Linear weights of every expert of every layer
+    dense_matmul: int  # weight matrices every token multiplies through in the layers
+    expert_matmul: int  # weight matrices of every expert of every layer
     experts: int  # experts per MoE layer, 0 for a dense model
     experts_per_token: int
     layers: int

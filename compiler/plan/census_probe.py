@@ -6,7 +6,7 @@ Reads one request a line, {"config": {...}} (config.json's form), on stdin until
 answers each with one line on stdout, one JSON object, or
 {"error": "..."} for a config transformers refuses ({"configs": [...]}: a list of those;
 {"config": ..., "tensors": true}: the tensors its checkpoint holds, name -> shape). Counted
-from the built model, for any family: parameters (a tied matrix once), the Linear weights a
+from the built model, for any family: parameters (a tied matrix once), the weight matrices a
 token multiplies through (each expert list's weights scaled to the experts a token is routed
 to, the router counted whole),
 the output head, each layer's attention facts (query and key/value widths, sliding window),

@@ -16,7 +16,7 @@ The parameter count is exact for diffusers' model (tested against it); FLOPs are
 against torch's FLOP counter on a small model.
 
 Causal LMs (any transformers family, plan/census.py): counted from the model built on the
-meta device, not from a formula per family: the Linear weights a token multiplies through
+meta device, not from a formula per family: the weight matrices a token multiplies through
 (in a mixture of experts, the router and experts_per_token of each layer's experts), the
 output head, each layer's query width and sliding window. Tested against transformers'
 parameter counts and torch's FLOP counter per family (tests/test_causal_lm.py).

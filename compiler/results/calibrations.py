@@ -174,7 +174,7 @@ def finish_calibration(store: Store, calibration_id: str, status: str, cause: st
 
 def _rows(store: Store, where: str = "", parameters: tuple = ()) -> list[sqlite3.Row]:
     try:
-        return store.query(f"SELECT * FROM calibrations {where} ORDER BY started_at, id", parameters)
+        return store.query(f"SELECT * FROM calibrations {where} ORDER BY started_at, rowid", parameters)
     except sqlite3.OperationalError as exc:
         if "no such table" in str(exc):  # a read-only store of an earlier benchc: none
             return []

@@ -369,7 +369,7 @@ class Store:
         """Every run of one series (the trials of a `run --repeat`, or of one scheduler job)."""
         with self._reading():
             rows = self._db.execute(
-                "SELECT * FROM runs WHERE series = ? ORDER BY trial, started_at, id", (series,)
+                "SELECT * FROM runs WHERE series = ? ORDER BY trial, started_at, rowid", (series,)
             ).fetchall()
         return [record_of(row) for row in rows]
 
@@ -378,7 +378,7 @@ class Store:
         where = " AND status IN ('pending', 'running')" if active_only else ""
         with self._reading():
             rows = self._db.execute(
-                f"SELECT * FROM runs WHERE source = 'submit'{where} ORDER BY started_at, trial, id"
+                f"SELECT * FROM runs WHERE source = 'submit'{where} ORDER BY started_at, trial, rowid"
             ).fetchall()
         return [record_of(row) for row in rows]
 
@@ -414,7 +414,8 @@ class Store:
             values.append(int(smoke))
         where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
         with self._reading():
-            rows = self._db.execute(f"SELECT * FROM runs{where} ORDER BY started_at, id", values).fetchall()
+            query = f"SELECT * FROM runs{where} ORDER BY started_at, rowid"  # ties: as stored
+            rows = self._db.execute(query, values).fetchall()
         return [record_of(row) for row in rows]
 
     def latest_runs(self, experiment: str | None = None) -> list[RunRecord]:
