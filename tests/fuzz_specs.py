@@ -118,7 +118,25 @@ def optional(draw, entries: list) -> tuple:
     return tuple(entry for entry in entries if draw(st.booleans()))
 
 
+def flux_entries(draw) -> tuple:
+    if draw(st.integers(0, 3)) == 0:
+        return (Assign(("preset",), string(draw, ("flux.1-dev", "flux.1-schnell"))),)
+    shape = [Assign(("depth",), integer(draw, 1, 3)), Assign(("single_depth",), integer(draw, 1, 3)),
+             Assign(("heads",), choice(draw, "2", "4"))]  # fmt: skip
+    extra = optional(draw, [
+        Assign(("head_dim",), choice(draw, "32", "64", "48")),
+        Assign(("joint_attention_dim",), choice(draw, "64", "4096")),
+        Assign(("pooled_projection_dim",), choice(draw, "32", "768")),
+        Assign(("guidance",), choice(draw, "true", "false")),
+        Assign(("text_tokens",), choice(draw, "16", "512", "600")),
+        Assign(("weights",), string(draw, ("/models/flux", "weights"))),
+    ])  # fmt: skip
+    return tuple(shape) + extra
+
+
 def model_entries(draw, kind: str) -> tuple:
+    if kind == "flux":
+        return flux_entries(draw)
     if kind in ("mmdit", "sd3"):
         presets = (
             ("sd3-medium", "mmdit-d24", "sd3-large", "mmdit-d38")
@@ -215,17 +233,17 @@ def workload_entries(draw, kind: str, mode: str) -> tuple:
             Assign(("grad_accum",), integer(draw, 1, 4)),
             Assign(("optimizer",), optimizer(draw)),
             Assign(("grad_clip",), choice(draw, "1.0", "0.5", "2")),
-            Assign(("objective",), "rectified_flow" if kind == "mmdit" else "causal_lm"),
+            Assign(("objective",), "rectified_flow" if kind in ("mmdit", "flux") else "causal_lm"),
         ]
         specific.append(
             Assign(("resolution",), choice(draw, "128", "256", "512"))
-            if kind == "mmdit"
+            if kind in ("mmdit", "flux")
             else Assign(("seq_len",), choice(draw, "64", "128", "2048"))
         )
         chosen = optional(draw, common + specific)
         return chosen + (tuple(steps_and_warmup(draw, 60)) if draw(st.booleans()) else ())
     specific = [Assign(("graphs",), choice(draw, "true", "false"))]
-    if kind == "sd3":
+    if kind in ("sd3", "flux"):
         specific += [
             Assign(("resolution",), choice(draw, "128", "512", "1024")),
             Assign(("denoising_steps",), integer(draw, 1, 30)),
@@ -280,6 +298,8 @@ def settings_blocks(draw, mode: str, kind: str) -> list:
             ("llama", "train"): "tokens_per_s",
             ("sd3", "infer"): "s_per_image",
             ("llama", "infer"): "output_tokens_per_s",
+            ("flux", "train"): "images_per_s",
+            ("flux", "infer"): "s_per_image",
         }
         metric = metrics[(kind, mode)] if draw(st.integers(0, 4)) else choice(draw, "ttft_s", "tpot_s")
         blocks.append(
@@ -368,7 +388,8 @@ def sweeps(draw, mode: str) -> list:
     return found
 
 
-WORKLOADS = (("mmdit", "train"), ("llama", "train"), ("sd3", "infer"), ("llama", "infer"))
+WORKLOADS = (("mmdit", "train"), ("llama", "train"), ("sd3", "infer"), ("llama", "infer"), ("flux", "train"),
+             ("flux", "infer"))  # fmt: skip
 
 
 @st.composite

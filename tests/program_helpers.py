@@ -13,6 +13,8 @@ WORKLOADS = {  # spec: experiment
     "beluga-train.bench": "beluga_70b_train",
     "sd3-infer.bench": "sd3_large_infer",
     "beluga-infer.bench": "beluga_70b_infer",
+    "flux-infer.bench": "flux_dev_infer",
+    "flux-train.bench": "flux_dev_train",
 }
 ONE_PROCESS = ("cluster.nodes=1", "cluster.devices_per_node=1", "parallel.data=1")
 

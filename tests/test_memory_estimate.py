@@ -46,6 +46,10 @@ CASES = {
     # a mixture of experts: every expert held, each token's activations in the experts it reaches
     "moe-fsdp": ("qwen3-moe-train.bench", []),
     "moe-tensor-parallel": ("mixtral-infer.bench", []),
+    # Flux: double- and single-stream blocks under FSDP2 with checkpointing, and without; the pipeline
+    "flux-fsdp": ("flux-train.bench", ["parallel.activation_checkpointing=false"]),
+    "flux-ddp": ("flux-train.bench", ["parallel.sharding=none", "parallel.activation_checkpointing=false"]),
+    "flux-pipeline": ("flux-infer.bench", []),
 }
 
 

@@ -33,16 +33,18 @@ class Metric:
 
 _TRAIN_MMDIT, _TRAIN_CAUSAL_LM = ("train", "mmdit"), ("train", "causal_lm")
 _INFER_SD3, _INFER_CAUSAL_LM = ("infer", "sd3"), ("infer", "causal_lm")
+_TRAIN_FLUX, _INFER_FLUX = ("train", "flux"), ("infer", "flux")
 
 METRICS: dict[str, Metric] = {
     m.name: m
     for m in (
-        Metric("images_per_s", "throughput", False, None, None, None, "images/s", (_TRAIN_MMDIT,)),
+        Metric("images_per_s", "throughput", False, None, None, None, "images/s",
+               (_TRAIN_MMDIT, _TRAIN_FLUX)),
         Metric("tokens_per_s", "throughput", False, None, None, None, "tokens/s", (_TRAIN_CAUSAL_LM,)),
         Metric("output_tokens_per_s", "throughput", False, None, None, None, "output tokens/s",
                (_INFER_CAUSAL_LM,)),
         Metric("s_per_image", "seconds per image", True, "pipeline", "s_per_image", "s/image", "images/s",
-               (_INFER_SD3,)),
+               (_INFER_SD3, _INFER_FLUX)),
         Metric("ttft_s", "time to first token", True, "generation", "ttft_s", "s", "output tokens/s",
                (_INFER_CAUSAL_LM,)),
         Metric("tpot_s", "time per output token", True, "generation", "tpot_s", "s", "output tokens/s",

@@ -7,6 +7,8 @@ spec override it. Figures are the published architectures (the models' own confi
 from __future__ import annotations
 
 from .causal_lm import PRESETS as CAUSAL_LM_PRESETS
+from .flux import PRESETS as FLUX_PRESETS
+from .flux import SMOKE as FLUX_SMOKE
 
 # SD3's MMDiT: hidden = 64 * depth, heads = depth, head dim 64; the caption projection
 # is as wide as the hidden size (derived, so a preset with another depth stays consistent).
@@ -67,6 +69,8 @@ PRESETS: dict[str, dict[str, dict]] = {
     },
 }
 
+PRESETS["flux"] = FLUX_PRESETS
+
 # `model causal_lm` takes every preset: the Llama-2 shapes above (model_type llama) and the
 # transformers families' (catalog/causal_lm.py); `model llama` also takes the Llama-3.1 ones.
 _LLAMA_2 = dict(PRESETS["llama"])
@@ -105,6 +109,7 @@ SMOKE_MODEL = {
 SMOKE_EXPERTS = {"experts": 4, "experts_per_token": 2}
 SMOKE_SLIDING_WINDOW = 32
 SMOKE_MODEL["sd3"] = {**SMOKE_MODEL["mmdit"], "t5_tokens": 16}
+SMOKE_MODEL["flux"] = FLUX_SMOKE
 # A Llama whose head_dim is not hidden / heads (q and o not square) keeps that path, shrunk:
 # the smoke model's 4 heads x 16 = 64 query width against its hidden size of 128.
 SMOKE_LLAMA_HEAD_DIM = 16

@@ -12,33 +12,31 @@ spec's `weights` setting. Layouts, as `save_pretrained` writes them:
   `diffusion_pytorch_model.safetensors` or its index;
 - sd3: a pipeline folder, `model_index.json` (_class_name "StableDiffusion3Pipeline") and one
   folder per part (transformer, vae, text_encoder, text_encoder_2, text_encoder_3), each laid
-  out as above.
+  out as above;
+- flux: a FluxTransformer2DModel folder or a FluxPipeline folder (checkpoints/flux.py).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import stat
-from dataclasses import dataclass, field
-from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 
 from ..catalog.causal_lm import DERIVED_HEAD_DIM, FAMILIES, SWITCHED_ON, config_keys
-from ..diagnostics import BenchError
-from ..files import read_bounded
-from .tensors import (
-    HeaderError,
-    compare_tensors,
-    expected_mmdit_tensors,
-    read_safetensors_header,
+from .flux import read_flux
+from .reading import (
+    CONFIG_LIMIT,
+    DIFFUSERS_WEIGHTS,
+    SAVE_HINT,
+    TRANSFORMERS_WEIGHTS,
+    Checkpoint,
+    CheckpointError,
+    check_tensors,
+    config_integer,
+    must_be_folder,
+    read_config,
 )
+from .tensors import expected_mmdit_tensors
 
-CONFIG_LIMIT = 1 * 2**20
-MAX_SHARDS = 10_000
-TRANSFORMERS_WEIGHTS = "model.safetensors"
-DIFFUSERS_WEIGHTS = "diffusion_pytorch_model.safetensors"
 # spec setting <- config key, with the config's default where diffusers has one
 MMDIT_SHAPE = {
     "depth": "num_layers",
@@ -66,27 +64,6 @@ NOT_THE_MODEL = {"architectures", "torch_dtype", "dtype", "transformers_version"
                  "pad_token_id"}  # fmt: skip
 # config.json keys benchc refuses: the model built would not be the one counted and measured
 REFUSED_CONFIG_KEYS = {"quantization_config": "benchc builds and measures the model unquantized"}
-SAVE_HINT = "write it with save_pretrained(folder) (safetensors, the default)"
-
-
-class CheckpointError(Exception):
-    def __init__(self, message: str, hint: str | None = None):
-        super().__init__(message)
-        self.message, self.hint = message, hint
-
-
-@dataclass
-class Checkpoint:
-    """What a folder holds: the spec settings its config implies, and how many tensors were
-    checked against the model that config builds."""
-
-    path: str
-    kind: str
-    shape: dict = field(default_factory=dict)
-    tensors: int = 0
-    parts: tuple[str, ...] = ()  # sd3: the parts found (text_encoder_3 may be absent)
-    model_type: str | None = None  # a causal LM's family
-    extra: dict = field(default_factory=dict)  # a causal LM's config keys beyond the settings
 
 
 def read_checkpoint(path: str, kind: str, expected_of=None) -> Checkpoint:
@@ -94,9 +71,11 @@ def read_checkpoint(path: str, kind: str, expected_of=None) -> Checkpoint:
     expected_of(config) -> {tensor: shape}: the tensors a causal LM of that config holds (the
     plan counts them from the model itself); None: the headers are read, not compared."""
     folder = Path(path)
-    _must_be_folder(folder, path)
+    must_be_folder(folder, path)
     if kind == "sd3":
         return _read_pipeline(folder, path)
+    if kind == "flux":
+        return read_flux(folder, path, expected_of)
     if (folder / "model_index.json").is_file() and not (folder / "config.json").exists():
         hint = (
             "for model mmdit name its transformer/ subfolder"
@@ -104,72 +83,10 @@ def read_checkpoint(path: str, kind: str, expected_of=None) -> Checkpoint:
             else "name the folder the causal LM's save_pretrained wrote"
         )
         raise CheckpointError(f"'{path}' is a pipeline folder (model_index.json), not one model's", hint=hint)
-    config = _config(folder / "config.json", path)
+    config = read_config(folder / "config.json", path)
     if kind in ("llama", "causal_lm"):
         return _read_causal_lm(folder, path, config, kind, expected_of)
     return _read_mmdit(folder, path, config)
-
-
-def _must_be_folder(folder: Path, path: str) -> None:
-    try:
-        mode = folder.stat().st_mode
-    except FileNotFoundError:
-        raise CheckpointError(
-            f"no such folder: '{path}'",
-            hint="weights names a local folder written by save_pretrained; "
-            "benchc never downloads (a Hub id is not a path)",
-        ) from None
-    except OSError as exc:
-        raise CheckpointError(f"cannot read '{path}': {exc.strerror or exc}") from None
-    if not stat.S_ISDIR(mode):
-        raise CheckpointError(
-            f"'{path}' is a file, not a folder",
-            hint="name the folder save_pretrained wrote, which holds config.json and the .safetensors files",
-        )
-
-
-def _config(file: Path, folder: str, what: str = "config.json") -> dict:
-    if not file.exists():
-        raise CheckpointError(f"'{folder}' has no {what}", hint=SAVE_HINT)
-    try:
-        raw = read_bounded(file, str(file), f"a model's {what}", CONFIG_LIMIT)
-    except BenchError as exc:
-        raise CheckpointError(exc.diagnostics[0].message) from None
-    try:
-        config = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise CheckpointError(f"{file} is not valid JSON ({type(exc).__name__})", hint=SAVE_HINT) from None
-    if not isinstance(config, dict):
-        raise CheckpointError(f"{file} is not a JSON object", hint=SAVE_HINT)
-    return config
-
-
-@lru_cache(maxsize=1)
-def _spec_bounds() -> dict[str, dict[str, int]]:
-    """model kind -> setting -> the largest value a spec may give it (bench.schema.json)."""
-    text = resources.files("benchc.validate").joinpath("bench.schema.json").read_text("utf-8")
-    kinds = json.loads(text)["$defs"]["model"]["properties"]
-    bounds = {}
-    for kind, spec in kinds.items():
-        rules = spec.get("properties", {})
-        bounds[kind] = {name: rule["maximum"] for name, rule in rules.items() if "maximum" in rule}
-    return bounds
-
-
-def _integer(config: dict, key: str, file: str, kind: str | None = None, name: str | None = None):
-    """A config's size, bounded as the spec bounds the setting it stands for (model.KIND.NAME),
-    before any arithmetic is done with it: a config saying 20,000,000 layers is refused here,
-    not planned for minutes."""
-    value = config.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 2**31:
-        raise CheckpointError(f"{file}: {key} = {json.dumps(value)[:40]} is not a positive whole number")
-    bound = _spec_bounds().get(kind or "", {}).get(name or "")
-    if bound is not None and value > bound:
-        raise CheckpointError(f"{file}: {key} = {value:,} is more than benchc plans for: model.{kind}.{name} "
-                              f"is at most {bound:,} in a spec")  # fmt: skip
-    return value
 
 
 def causal_lm_settings(config: dict, file: str, kind: str) -> tuple[str, dict, dict]:
@@ -202,7 +119,7 @@ def causal_lm_settings(config: dict, file: str, kind: str) -> tuple[str, dict, d
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e12:
                 raise CheckpointError(f"{file}: {key} = {json.dumps(value)[:40]} is not a positive number")
         else:
-            value = _integer(config, key, file, kind, setting)
+            value = config_integer(config, key, file, kind, setting)
         settings[setting] = value
     hidden, heads, head_dim = (settings.get(k) for k in ("hidden", "heads", "head_dim"))
     if head_dim is None and model_type in DERIVED_HEAD_DIM and hidden and heads and hidden % heads:
@@ -224,7 +141,7 @@ def _read_causal_lm(folder: Path, path: str, config: dict, kind: str, expected_o
     file = f"{path}/config.json"
     model_type, shape, extra = causal_lm_settings(config, file, kind)
     expected = expected_of({"model_type": model_type, **config}) if expected_of is not None else None
-    tensors = _check_tensors(folder, path, TRANSFORMERS_WEIGHTS, expected)
+    tensors = check_tensors(folder, path, TRANSFORMERS_WEIGHTS, expected)
     return Checkpoint(path, "causal_lm", shape, tensors, model_type=model_type, extra=extra)
 
 
@@ -245,7 +162,7 @@ def _read_mmdit(folder: Path, path: str, config: dict, where: str | None = None)
         )
     if config.get("out_channels") not in (None, config.get("in_channels", 16)):
         raise CheckpointError(f"{file}: out_channels differs from in_channels, which benchc does not model")
-    shape = {key: _integer(config, source, file, "mmdit", key) for key, source in MMDIT_SHAPE.items()
+    shape = {key: config_integer(config, source, file, "mmdit", key) for key, source in MMDIT_SHAPE.items()
              if key != "qk_norm"}  # fmt: skip
     defaults = {
         "depth": 18,
@@ -264,7 +181,7 @@ def _read_mmdit(folder: Path, path: str, config: dict, where: str | None = None)
         raise CheckpointError(f"{file}: qk_norm = {json.dumps(qk_norm)[:40]}; benchc models none or rms_norm")
     shape["qk_norm"] = qk_norm or "none"
     expected = expected_mmdit_tensors(**shape, out_channels=shape["in_channels"])
-    tensors = _check_tensors(folder, where, DIFFUSERS_WEIGHTS, expected)
+    tensors = check_tensors(folder, where, DIFFUSERS_WEIGHTS, expected)
     return Checkpoint(path, "mmdit", shape, tensors)
 
 
@@ -275,7 +192,7 @@ def _read_pipeline(folder: Path, path: str) -> Checkpoint:
             hint="name the pipeline's folder (the one holding model_index.json); "
             "to train the transformer alone write model mmdit",
         )
-    index = _config(folder / "model_index.json", path, "model_index.json")
+    index = read_config(folder / "model_index.json", path, "model_index.json")
     if index.get("_class_name") != "StableDiffusion3Pipeline":
         raise CheckpointError(
             f"{path}/model_index.json is for {index.get('_class_name') or 'no pipeline'}, "
@@ -294,70 +211,12 @@ def _read_pipeline(folder: Path, path: str) -> Checkpoint:
             )
         sub = folder / part
         where = f"{path}/{part}"
-        _must_be_folder(sub, where)
-        config = _config(sub / "config.json", where)
+        must_be_folder(sub, where)
+        config = read_config(sub / "config.json", where)
         if part == "transformer":
             checkpoint = _read_mmdit(sub, path, config, where)
         else:
             weights = TRANSFORMERS_WEIGHTS if library == "transformers" else DIFFUSERS_WEIGHTS
-            _check_tensors(sub, where, weights, None)
+            check_tensors(sub, where, weights, None)
         found.append(part)
     return Checkpoint(path, "sd3", checkpoint.shape, checkpoint.tensors, tuple(found))
-
-
-def _check_tensors(folder: Path, where: str, weights: str, expected: dict | None) -> int:
-    """The tensors the folder's files hold, against `expected` (None: the headers are read and
-    must be sound, but the part's model is not modelled here)."""
-    files = _weight_files(folder, where, weights)
-    found: dict[str, tuple] = {}
-    for name in files:
-        try:
-            header = read_safetensors_header(folder / name)
-        except HeaderError as exc:
-            raise CheckpointError(f"{where}/{name}: {exc}", hint=SAVE_HINT) from None
-        except OSError as exc:
-            raise CheckpointError(f"cannot read {where}/{name}: {exc.strerror or exc}") from None
-        found.update({tensor: shape for tensor, (_dtype, shape) in header.items()})
-    if expected is None:
-        return len(found)
-    problems = compare_tensors(expected, found, shown=3)
-    if problems:
-        raise CheckpointError(
-            f"the tensors in {where} do not match the model its config.json describes: "
-            + "; ".join(problems),
-            hint="the files and config.json come from different models: save both with save_pretrained",
-        )
-    return len(found)
-
-
-def _weight_files(folder: Path, where: str, weights: str) -> list[str]:
-    """The safetensors files: the one file, or those its index names (plain names in the folder)."""
-    index = folder / f"{weights}.index.json"
-    if index.exists():
-        weight_map = _config(index, where, index.name).get("weight_map")
-        if not isinstance(weight_map, dict) or not weight_map:
-            raise CheckpointError(f"{where}/{index.name} has no weight_map", hint=SAVE_HINT)
-        names = sorted({str(v) for v in weight_map.values()})
-        if len(names) > MAX_SHARDS:
-            raise CheckpointError(f"{where}/{index.name} names {len(names):,} files; at most {MAX_SHARDS:,}")
-        for name in names:
-            if os.sep in name or name in (".", "..") or "/" in name or not name.endswith(".safetensors"):
-                raise CheckpointError(
-                    f"{where}/{index.name} names '{name[:80]}', which is not a "
-                    ".safetensors file in the folder"
-                )
-            if not (folder / name).is_file():
-                raise CheckpointError(
-                    f"{where} lacks {name}, which {index.name} names",
-                    hint="copy every shard save_pretrained wrote",
-                )
-        return names
-    if (folder / weights).is_file():
-        return [weights]
-    legacy = [p.name for p in folder.glob("*.bin")]
-    hint = (
-        ("benchc reads safetensors only: load it and save_pretrained it again (safetensors is the default)")
-        if legacy
-        else SAVE_HINT
-    )
-    raise CheckpointError(f"{where} has no {weights} (nor {weights}.index.json)", hint=hint)

@@ -51,6 +51,8 @@ _SAFE = re.compile(r"[^A-Za-z0-9_.+-]")
 def block_class(plan: Plan) -> str:
     """The class name of the model's repeated block: what accelerate's FSDP plugin wraps."""
     census = getattr(plan.model, "census", None)
+    if hasattr(census, "block_classes"):  # Flux: both kinds of block
+        return ",".join(census.block_classes)
     return census.layer_class if census is not None else BLOCK_CLASSES.get(plan.model.kind, "")
 
 

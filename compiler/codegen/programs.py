@@ -14,20 +14,33 @@ import jinja2
 
 from .. import __version__
 from ..catalog.causal_lm import GAUDI_ALWAYS_FUSED, GAUDI_CLASSES
+from ..catalog.flux import CLIP_TEXT_TOKENS, SCHEDULERS
+from ..catalog.flux import FULL_PARTS as FLUX_FULL_PARTS
+from ..catalog.flux import SMOKE_PARTS as FLUX_SMOKE_PARTS
 from ..catalog.metrics import METRICS
 from ..catalog.sd3_components import CLIP_TOKENS
 from ..catalog.sd3_components import FULL as FULL_PARTS
 from ..catalog.sd3_components import SMOKE as SMOKE_PARTS
+from ..plan.flux import config_of
 from ..plan.loading import weights_by_rank
 from ..plan.roofline import roofline
-from ..plan.types import CausalLM, MMDiTModel, Plan, SD3Pipeline, TrainWorkload
+from ..plan.types import CausalLM, FluxModel, FluxPipeline, MMDiTModel, Plan, SD3Pipeline, TrainWorkload
 from .environment import environment
 
 METRICS_SCHEMA_VERSION = 1
 PROGRAM = "bench.py"
 # inference programs: (core template, entry function) by model kind
 ENTRIES = {"causal_lm": ("core_generate.py.j2", "generate_benchmark"),
-           "sd3": ("core_pipeline.py.j2", "pipeline_benchmark")}  # fmt: skip
+           "sd3": ("core_pipeline.py.j2", "pipeline_benchmark"),
+           "flux_pipeline": ("core_pipeline.py.j2", "pipeline_benchmark")}  # fmt: skip
+PIPELINES = ("sd3", "flux_pipeline")
+# the pipeline class each target's program builds, and what its transformer is called
+PIPELINE_CLASSES = {
+    ("sd3", "hpu"): "GaudiStableDiffusion3Pipeline", ("sd3", ""): "StableDiffusion3Pipeline",
+    ("flux_pipeline", "hpu"): "GaudiFluxPipeline", ("flux_pipeline", ""): "FluxPipeline",
+}  # fmt: skip
+TRANSFORMER_CLASSES = {"sd3": "SD3Transformer2DModel", "flux_pipeline": "FluxTransformer2DModel"}
+TRANSFORMER_NAMES = {"sd3": "MMDiT", "flux_pipeline": "Flux transformer", "flux": "Flux transformer"}
 
 
 def _latency(name: str) -> dict | None:
@@ -95,6 +108,30 @@ def _causal_lm_model(model: CausalLM, work, family: str, meta_init: bool) -> dic
         "weights": model.weights,
         "meta_init": meta_init,  # plan.dims.meta_init (plan/parallel.py)
         "config": config,
+    }
+
+
+def _flux_model(model: FluxModel) -> dict:
+    return {
+        "kind": model.kind,
+        "weights": model.weights,
+        "meta_init": False,  # built whole on every rank before FSDP2 shards it
+        "text_tokens": model.text_tokens,
+        "config": config_of(model),  # keyword arguments of diffusers.FluxTransformer2DModel
+    }
+
+
+def _flux_pipeline_model(model: FluxPipeline, smoke: bool) -> dict:
+    t = model.transformer
+    return {
+        "kind": model.kind,
+        "weights": model.weights,
+        "config": config_of(t),
+        "clip_tokens": CLIP_TEXT_TOKENS,
+        "t5_tokens": t.text_tokens,
+        "parts": FLUX_SMOKE_PARTS if smoke else FLUX_FULL_PARTS,
+        # FlowMatchEulerDiscreteScheduler's, as the model's own scheduler_config.json
+        "scheduler": SCHEDULERS[t.guidance],
     }
 
 
@@ -220,11 +257,16 @@ def program_settings(plan: Plan) -> dict:
     family, meta_init = plan.target.family, plan.dims.meta_init
     if isinstance(model, SD3Pipeline):
         return {**_common_settings(plan, _sd3_model(model, work, plan.smoke), 1), **_infer_settings(plan)}
+    if isinstance(model, FluxPipeline):
+        flux = _flux_pipeline_model(model, plan.smoke)
+        return {**_common_settings(plan, flux, 1), **_infer_settings(plan)}
     if not isinstance(work, TrainWorkload):
         llama = _causal_lm_model(model, work, family, meta_init)
         return {**_common_settings(plan, llama, 1), **_infer_settings(plan)}
     if isinstance(model, CausalLM):
         common = _common_settings(plan, _causal_lm_model(model, work, family, meta_init), work.seq_len)
+    elif isinstance(model, FluxModel):
+        common = _common_settings(plan, _flux_model(model), 1)
     else:
         common = _common_settings(plan, _mmdit_model(model, work), 1)
     return {**common, **_train_settings(plan)}
@@ -257,6 +299,18 @@ def import_lines(
         need("torch.nn.attention", "SDPBackend", "sdpa_kernel")
     if kind == "mmdit":
         need("diffusers", "SD3Transformer2DModel")
+    if kind == "flux":
+        need("diffusers", "FluxTransformer2DModel")
+    if kind == "flux_pipeline":
+        need("diffusers", "AutoencoderKL", "FlowMatchEulerDiscreteScheduler", "FluxTransformer2DModel")
+        if family != "hpu":
+            need("diffusers", "FluxPipeline")
+        need("transformers", "CLIPTextConfig", "CLIPTextModel", "CLIPTokenizer", "T5Config", "T5EncoderModel",
+             "T5TokenizerFast")  # fmt: skip
+        need("tokenizers", "Tokenizer", "models", "pre_tokenizers", "trainers")
+        if family == "hpu":
+            need("optimum.habana.diffusers.pipelines.flux.pipeline_flux", "GaudiFluxPipeline")
+            need("optimum.habana.transformers.gaudi_configuration", "GaudiConfig")
     if kind == "sd3":
         need("diffusers", "AutoencoderKL", "FlowMatchEulerDiscreteScheduler", "SD3Transformer2DModel")
         if family != "hpu":
@@ -283,7 +337,7 @@ def import_lines(
         need("safetensors", "safe_open")
     if weights == "shards":
         need("torch.distributed.tensor", "DTensor")
-    if kind != "sd3":  # core_meta.py.j2
+    if kind not in PIPELINES:  # core_meta.py.j2
         need("accelerate", "init_empty_weights")
     if workload == "train" and runtime == "accelerate":
         need("accelerate", "DeepSpeedPlugin" if deepspeed else "FullyShardedDataParallelPlugin")
@@ -347,7 +401,8 @@ def _hpu_mode(plan: Plan) -> dict:
 
 def render_program(plan: Plan, env: jinja2.Environment | None = None) -> str:
     family, kind, workload = plan.target.family, plan.model.kind, plan.workload.kind
-    what = {"mmdit": "MMDiT", "causal_lm": "causal LM", "sd3": "SD3 pipeline"}[kind]
+    what = {"mmdit": "MMDiT", "causal_lm": "causal LM", "sd3": "SD3 pipeline", "flux": "Flux transformer",
+            "flux_pipeline": "Flux pipeline"}[kind]  # fmt: skip
     measured = {
         "train": "training throughput",
         "infer": "generation throughput and latency" if kind == "causal_lm" else "seconds per image",
@@ -385,8 +440,13 @@ def render_program(plan: Plan, env: jinja2.Environment | None = None) -> str:
         "metrics_version": METRICS_SCHEMA_VERSION,
         "gaudi_class": GAUDI_CLASSES.get(getattr(plan.model, "model_type", ""), ""),
         "gaudi_always_fused": getattr(plan.model, "model_type", "") in GAUDI_ALWAYS_FUSED,
+        "pipeline": kind in PIPELINES,
+        "pipeline_class": PIPELINE_CLASSES.get((kind, "hpu" if family == "hpu" else ""), ""),
+        "pipeline_name": {"sd3": "SD3", "flux_pipeline": "Flux"}.get(kind, ""),
+        "pipeline_transformer": TRANSFORMER_CLASSES.get(kind),
+        "transformer_name": TRANSFORMER_NAMES.get(kind, ""),
         "extra_requirements": (" and transformers" if kind == "causal_lm" else " and diffusers")
-        + (" and transformers" if kind == "sd3" else "")
+        + (" and transformers" if kind in PIPELINES else "")
         + (",\nhabana_frameworks and optimum-habana" if family == "hpu" else ""),
         **_hpu_mode(plan),
     }

@@ -81,8 +81,10 @@ def _flops_lines(plan) -> list[str]:
                 f"{decode:.3e} per output token (mean of {w.output_tokens - 1} steps); "
                 f"{cost.forward_flops_per_sample:.3e} per sequence in all"]  # fmt: skip
     passes = 2 if w.classifier_free_guidance else 1
-    return [f"{cost.forward_flops_per_sample:.3e} per image: the MMDiT over {w.denoising_steps} denoising "
-            f"steps x {passes} pass{'es' if passes > 1 else ''} (guidance {w.guidance:g}); text encoders "
+    what = "the MMDiT" if plan.model.kind == "sd3" else "the Flux transformer"
+    guidance = "no guidance" if w.guidance is None else f"guidance {w.guidance:g}"
+    return [f"{cost.forward_flops_per_sample:.3e} per image: {what} over {w.denoising_steps} denoising "
+            f"steps x {passes} pass{'es' if passes > 1 else ''} ({guidance}); text encoders "
             "and VAE not counted"]  # fmt: skip
 
 
@@ -310,7 +312,8 @@ def _text(record: dict, plan, measured=None) -> str:
     if record["pipeline_parameters"]:
         parts = record["pipeline_parameters"]
         others = ", ".join(f"{k} {v:,}" for k, v in parts.items() if k != "transformer")
-        lines[-1] += f" (MMDiT); pipeline {sum(parts.values()):,} with {others}"
+        what = "MMDiT" if "clip_g" in parts else "Flux transformer"
+        lines[-1] += f" ({what}); pipeline {sum(parts.values()):,} with {others}"
     lines.append(f"  FLOPs       {record['flops']}")
     m = record["memory"]
     lines.append(f"  memory      {_fit_line(record, record['target'])}")

@@ -29,6 +29,7 @@ from ..records import frozen
 
 PROBE_TIMEOUT_S = 300  # a 100k-module MoE takes seconds; an import of torch on a loaded machine, more
 TABLE = "causal_lm_census.json"
+FLUX_TABLE = "flux_census.json"
 
 
 class CensusError(Exception):
@@ -82,6 +83,34 @@ class Census:
             return self.params
         idle = self.expert_matmul * (self.experts - self.experts_per_token) // self.experts
         return self.params - idle
+
+
+@frozen
+class FluxCensus:
+    """What a Flux transformer holds (plan/census_flux.py): its weight matrices by the rows
+    each multiplies (image tokens, text tokens, both, or one row per sample), its blocks."""
+
+    params: int
+    image_matmul: int  # the double-stream blocks' image side, the image embedder and projection
+    text_matmul: int  # the double-stream blocks' text side and the context embedder
+    joint_matmul: int  # the single-stream blocks: every token, image and text
+    sample_matmul: int  # the modulations and the timestep/guidance/pooled embedders: a row each
+    double_layers: int
+    single_layers: int
+    inner: int  # heads x head_dim: the attention's width
+    double_block: int  # parameters of one double-stream block
+    single_block: int  # of one single-stream block
+    root: int  # of everything outside the blocks
+    largest_param: int
+    block_classes: tuple[str, ...]
+
+    def forward_flops(self, image: int, text: int) -> float:
+        """One sample's forward: 2 FLOPs per weight per row it multiplies, and each block's
+        attention over every token (q.k and the weighted sum: 4 x tokens^2 x inner)."""
+        tokens = image + text
+        matmul = image * self.image_matmul + text * self.text_matmul + tokens * self.joint_matmul
+        attention = 4.0 * tokens**2 * self.inner * (self.double_layers + self.single_layers)
+        return 2.0 * (matmul + self.sample_matmul) + attention
 
 
 def _from_json(data: dict) -> Census:
@@ -143,6 +172,11 @@ def count_afresh(configs: list[dict]) -> list[dict]:
     """Each config counted now, in one child process (no table, no cache): what the presets'
     table is written from and checked against."""
     return _run_probe({"configs": configs})
+
+
+def count_flux_afresh(configs: list[dict]) -> list[dict]:
+    """Each Flux transformer counted now (no table, no cache)."""
+    return [_run_probe({"flux": config}) for config in configs]
 
 
 class _Prober:
@@ -228,6 +262,63 @@ def checkpoint_tensors(config: dict) -> dict[str, tuple]:
             raise CensusError(f"transformers refuses the checkpoint's config: {answer['error']}")
         cache.write_bytes(name, json.dumps(answer, sort_keys=True).encode())
     return {tensor: tuple(shape) for tensor, shape in answer["tensors"].items()}
+
+
+def _diffusers_version() -> str | None:
+    try:
+        return metadata.version("diffusers")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+@lru_cache(maxsize=1)
+def _shipped_flux() -> dict[str, dict]:
+    text = resources.files("benchc.catalog").joinpath(FLUX_TABLE).read_text(encoding="utf-8")
+    return json.loads(text)
+
+
+@lru_cache(maxsize=64)
+def _flux_census_of(text: str) -> FluxCensus:
+    answer = _shipped_flux().get(text)
+    if answer is None:
+        version = _diffusers_version()
+        if version is None:
+            raise CensusUnavailable(
+                "benchc counts a Flux transformer that is not a preset by building it on the meta "
+                "device, which needs diffusers and torch: install benchc's run extra"
+            )
+        name = f"flux-census-{cache.key(text, version)}.json"
+        stored = cache.read_bytes(name)
+        try:
+            answer = json.loads(stored) if stored is not None else None
+            FluxCensus(**{**answer, "block_classes": tuple(answer["block_classes"])})
+        except (ValueError, TypeError, KeyError):
+            answer = None  # none, or a damaged entry: count again
+        if answer is None:
+            answer = _run_probe({"flux": json.loads(text)})
+            if "error" in answer:
+                raise CensusError(f"diffusers refuses the Flux transformer's config: {answer['error']}")
+            cache.write_bytes(name, json.dumps(answer, sort_keys=True).encode())
+    return FluxCensus(**{**answer, "block_classes": tuple(answer["block_classes"])})
+
+
+def flux_checkpoint_tensors(config: dict) -> dict[str, tuple]:
+    """The tensors a Flux transformer checkpoint of this config holds (name -> shape), from
+    the model built on the meta device."""
+    if _diffusers_version() is None:
+        raise CensusUnavailable(
+            "benchc compares a weights folder with the model its config builds, on the meta device, "
+            "which needs diffusers and torch: install the run extra"
+        )
+    answer = _run_probe({"flux": config, "tensors": True})
+    if "error" in answer:
+        raise CensusError(f"diffusers refuses the checkpoint's config: {answer['error']}")
+    return {tensor: tuple(shape) for tensor, shape in answer["tensors"].items()}
+
+
+def flux_census_of(config: dict) -> FluxCensus:
+    """The census of a Flux transformer (FluxTransformer2DModel's keyword arguments)."""
+    return _flux_census_of(canonical(config))
 
 
 def census_of(config: dict) -> Census:

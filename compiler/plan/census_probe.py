@@ -5,7 +5,8 @@ torch, and only here, in its own process (benchc check / plan / compile never im
 Reads one request a line, {"config": {...}} (config.json's form), on stdin until it closes;
 answers each with one line on stdout, one JSON object, or
 {"error": "..."} for a config transformers refuses ({"configs": [...]}: a list of those;
-{"config": ..., "tensors": true}: the tensors its checkpoint holds, name -> shape). Counted
+{"config": ..., "tensors": true}: the tensors its checkpoint holds, name -> shape;
+{"flux": {...}}: a Flux transformer of diffusers, counted by plan/census_flux.py). Counted
 from the built model, for any family: parameters (a tied matrix once), the weight matrices a
 token multiplies through (each expert list's weights scaled to the experts a token is routed
 to, the router counted whole),
@@ -123,6 +124,10 @@ def _answer(config: dict, what=census) -> dict:
 
 
 def _respond(request: dict):
+    if "flux" in request:  # {"flux": {...}}: a Flux transformer (plan/census_flux.py)
+        from benchc.plan.census_flux import flux_census, flux_tensors
+
+        return _answer(request["flux"], flux_tensors if request.get("tensors") else flux_census)
     if "configs" in request:  # several models at once: {"configs": [...]} -> a list
         return [_answer(config) for config in request["configs"]]
     if request.get("tensors"):  # {"config": ..., "tensors": true}: what its checkpoint holds

@@ -15,6 +15,11 @@ MMDiT (diffusers' SD3Transformer2DModel), hidden h, L joint blocks, the last one
 The parameter count is exact for diffusers' model (tested against it); FLOPs are tested
 against torch's FLOP counter on a small model.
 
+Flux (diffusers' FluxTransformer2DModel, plan/census_flux.py): counted from the model built on
+the meta device: each weight matrix by the rows it multiplies (image tokens, text tokens, both
+in the single-stream blocks, or one per sample), and every block's attention over image + text
+tokens. Tested against torch's FLOP counter (tests/test_flux.py).
+
 Causal LMs (any transformers family, plan/census.py): counted from the model built on the
 meta device, not from a formula per family: the weight matrices a token multiplies through
 (in a mixture of experts, the router and experts_per_token of each layer's experts), the
@@ -25,7 +30,7 @@ parameter counts and torch's FLOP counter per family (tests/test_causal_lm.py).
 from __future__ import annotations
 
 from ..records import frozen
-from .census import Census
+from .census import Census, FluxCensus
 
 TIMESTEP_CHANNELS = 256  # diffusers' Timesteps(num_channels=256) in the SD3 time embedding
 MLP_RATIO = 4
@@ -133,3 +138,9 @@ def causal_lm_generate_flops(census: Census, input_tokens: int, output_tokens: i
     steps = output_tokens - 1
     attention = sum(4.0 * census.q_width * _context_keys(input_tokens, steps, w) for w in census.windows)
     return 2.0 * census.active_matmul * tokens + 2.0 * census.head * output_tokens + attention
+
+
+def flux_cost(census: FluxCensus, image_tokens: int, text_tokens: int, training: bool) -> ModelCost:
+    """FLOPs per *image* of a Flux transformer (FluxCensus.forward_flops); training 3x."""
+    forward = census.forward_flops(image_tokens, text_tokens)
+    return ModelCost(census.params, forward, 3.0 * forward if training else None)

@@ -23,12 +23,15 @@ from ..catalog.targets import Target
 from ..diagnostics import BenchError, Diagnostic, choices_hint
 from ..frontend.document import Document
 from .causal_lm import build_causal_lm, resolve_causal_lm
-from .flops import ModelCost, causal_lm_cost, causal_lm_generate_flops, mmdit_cost
+from .flops import ModelCost, causal_lm_cost, causal_lm_generate_flops, flux_cost, mmdit_cost
+from .flux import build_flux, check_flux
 from .tuning import DEFAULT_TIER
 from .tuning import derive as derive_tuning
 from .types import (
     CausalLM,
     Cluster,
+    FluxModel,
+    FluxPipeline,
     InferWorkload,
     Measure,
     MMDiTModel,
@@ -72,7 +75,7 @@ DEFAULTS = {
         "warmup": 5,
         "resolution": None,
         "seq_len": None,
-        "objective": None,  # rectified_flow for mmdit, causal_lm for llama
+        "objective": None,  # rectified_flow for mmdit and flux, causal_lm for llama
         "grad_clip": None,
         "compile": None,  # None: the optimisation tier decides (plan/tuning.py)
         "seed": 0,
@@ -155,11 +158,25 @@ MODEL_DEFAULTS["sd3"] = {
     "text_encoders": ["clip_l", "clip_g", "t5"],
     "t5_tokens": 256,
 }
+# Flux (catalog/flux.py): presets flux.1-dev and flux.1-schnell; a shape written whole otherwise
+MODEL_DEFAULTS["flux"] = {
+    "preset": None,
+    "depth": None,
+    "single_depth": None,
+    "heads": None,
+    "head_dim": 128,
+    "joint_attention_dim": 4096,  # T5 XXL's width
+    "pooled_projection_dim": 768,  # CLIP-L's
+    "guidance": True,  # embeds the distilled guidance value, as FLUX.1 [dev]
+    "text_tokens": 512,  # T5 tokens
+    "weights": None,
+}
 REQUIRED_MODEL = {
     "mmdit": ("depth",),
     "sd3": ("depth",),
     "llama": ("hidden", "layers", "heads", "intermediate"),
     "causal_lm": ("hidden", "layers", "heads", "intermediate"),
+    "flux": ("depth", "single_depth", "heads"),
 }
 
 # Workload settings that only make sense for some model kinds, and the default per kind.
@@ -168,13 +185,16 @@ WORKLOAD_FIELDS = {
     ("train", "causal_lm"): {"seq_len": 2048, "objective": "causal_lm"},
     ("infer", "sd3"): {"resolution": 1024, "denoising_steps": 28, "guidance": 7.0},
     ("infer", "causal_lm"): {"input_tokens": 128, "output_tokens": 128, "kv_cache": "static"},
+    ("train", "flux"): {"resolution": 512, "objective": "rectified_flow"},
+    # guidance: the distilled guidance value FLUX.1 [dev] embeds (none for a model without it)
+    ("infer", "flux"): {"resolution": 1024, "denoising_steps": 28, "guidance": 3.5},
 }
 KIND_SPECIFIC = {"resolution", "seq_len", "objective", "denoising_steps", "guidance",
                  "input_tokens", "output_tokens", "kv_cache"}  # fmt: skip
 # The metrics each workload measures (catalog/metrics.py); the first is the default headline.
 METRICS = {workload: metrics_of(*workload) for workload in WORKLOAD_FIELDS}
 DEFAULT_METRIC = {key: metrics[0] for key, metrics in METRICS.items()}
-OBJECTIVES = {"mmdit": "rectified_flow", "causal_lm": "causal_lm"}
+OBJECTIVES = {"mmdit": "rectified_flow", "causal_lm": "causal_lm", "flux": "rectified_flow"}
 
 
 @dataclass
@@ -242,6 +262,10 @@ def resolve(settings: Settings) -> Resolved:
     for key, value in own.items():
         if workload.get(key) is None:
             workload[key] = value
+    if family == "flux" and kind == "infer" and not model["guidance"]:
+        _no_guidance(settings, model_kind, workload, problems)
+    if family == "flux" and model.get("pipeline_folder") is not None:
+        _flux_folder(settings, kind, model, problems)
     optimizer = workload.get("optimizer")
     if isinstance(optimizer, str):
         optimizer = {"fn": optimizer, "args": {}}
@@ -281,6 +305,8 @@ def _resolve_model(settings: Settings, kind: str, problems: list) -> dict:
         resolve_weights(settings, kind, model, preset_values, problems)
     if kind in CAUSAL_KINDS:
         resolve_causal_lm(settings, kind, model, written, problems)
+    if kind == "flux":
+        check_flux(settings, model, problems)
     if kind == "sd3" and "text_tokens" in written:
         problems.append(
             Diagnostic(
@@ -319,8 +345,8 @@ def build(resolved: Resolved, variant: Variant, target: Target, smoke: bool,
     tensor, pipeline = int(p["tensor"]), int(p["pipeline"])
     data = int(p["data"]) if p["data"] is not None else max(1, cluster.world_size // (tensor * pipeline))
     parallel = Parallel(data, tensor, pipeline, p["sharding"], bool(p["activation_checkpointing"]))
-    model = _build_model(r.model_kind, r.model, r.settings)
-    transformer = model.transformer if isinstance(model, SD3Pipeline) else model
+    model = _build_model(r.model_kind, r.model, r.settings, r.workload_kind)
+    transformer = model.transformer if isinstance(model, SD3Pipeline | FluxPipeline) else model
     w = r.workload
     if r.workload_kind == "train":
         batch = int(w["batch"])
@@ -349,7 +375,9 @@ def build(resolved: Resolved, variant: Variant, target: Target, smoke: bool,
             steps=int(w["steps"]), warmup=int(w["warmup"]), compile=_bool_or_none(w["compile"]),
             graphs=bool(w["graphs"]), seed=int(w["seed"]), **image,
             denoising_steps=_int_or_none(w["denoising_steps"]), guidance=guidance,
-            classifier_free_guidance=None if guidance is None else guidance > 1.0,
+            # Flux's guidance is a value its transformer embeds: one pass per step, never two
+            classifier_free_guidance=None if guidance is None else guidance > 1.0 and
+            not isinstance(model, FluxPipeline),
             input_tokens=_int_or_none(w["input_tokens"]),
             output_tokens=_int_or_none(w["output_tokens"]), kv_cache=w["kv_cache"],
             decode_bucket=_decode_bucket(w, smoke),
@@ -402,6 +430,7 @@ def build(resolved: Resolved, variant: Variant, target: Target, smoke: bool,
             workload.precision,
             static_cache=not isinstance(workload, InferWorkload) or workload.kv_cache != "dynamic",
             graphs=isinstance(workload, InferWorkload) and workload.graphs,
+            pipeline=isinstance(model, SD3Pipeline | FluxPipeline),
         ),
     )
     plan.dims  # noqa: B018 - the parallel layout, derived here once (its invariants checked) and kept
@@ -420,6 +449,13 @@ def _cost(model, workload) -> ModelCost | None:
     """Model size and FLOPs per sample (an image, or a sequence) where modelled (plan/flops.py)."""
     if isinstance(model, CausalLM) and isinstance(workload, TrainWorkload):
         return causal_lm_cost(model.census, workload.seq_len)
+    if isinstance(model, FluxModel) and workload.image_tokens:
+        return flux_cost(model.census, workload.image_tokens, model.text_tokens, True)
+    if isinstance(model, FluxPipeline) and workload.image_tokens:
+        # the transformer's FLOPs only, per image: one forward per denoising step
+        t = model.transformer
+        step = flux_cost(t.census, workload.image_tokens, t.text_tokens, False)
+        return ModelCost(step.params, step.forward_flops_per_sample * workload.denoising_steps, None)
     if isinstance(model, SD3Pipeline) and workload.image_tokens:
         # the transformer's FLOPs only (text encoders and VAE are not counted), per image:
         # one forward per denoising step, two with classifier-free guidance
@@ -467,9 +503,11 @@ def _image_shape(resolution, transformer) -> dict:
     }
 
 
-def _build_model(kind: str, m: dict, settings: Settings):
+def _build_model(kind: str, m: dict, settings: Settings, workload: str):
     if kind in CAUSAL_KINDS:
         return build_causal_lm(m, settings.span(("model", kind), True))
+    if kind == "flux":
+        return build_flux(m, workload, settings.span(("model", kind), True))
     depth = int(m["depth"])
     heads = int(m["heads"] if m["heads"] is not None else depth)
     hidden = heads * int(m["head_dim"])
@@ -485,6 +523,30 @@ def _build_model(kind: str, m: dict, settings: Settings):
     if kind == "mmdit":
         return transformer
     return SD3Pipeline(transformer, tuple(m["text_encoders"]), int(m["t5_tokens"]), m["weights"])
+
+
+def _no_guidance(settings: Settings, kind: str, workload: dict, problems: list) -> None:
+    """A Flux transformer without a guidance embedder (FLUX.1 [schnell]) takes no guidance
+    value: FluxPipeline would drop it, so a written one is refused, the default left out."""
+    if settings.has(("infer", "guidance")):
+        problems.append(Diagnostic(
+            "infer.guidance does not apply: this Flux transformer embeds no guidance value",
+            settings.span(("infer", "guidance"), True),
+            hint=f"remove it, or write model.{kind}.guidance = true (a model like FLUX.1 [dev])",
+        ))  # fmt: skip
+    workload["guidance"] = None
+
+
+def _flux_folder(settings: Settings, workload: str, model: dict, problems: list) -> None:
+    """Training reads a pipeline folder's transformer; inference needs the whole pipeline."""
+    if workload == "train" and model["pipeline_folder"]:
+        model["weights"] = str(Path(model["weights"]) / "transformer")
+    elif workload == "infer" and not model["pipeline_folder"]:
+        problems.append(Diagnostic(
+            "weights: inference runs the whole Flux pipeline, and this folder holds its transformer only",
+            settings.span(("model", "flux", "weights")),
+            hint="name the folder FluxPipeline.save_pretrained wrote (model_index.json and its parts)",
+        ))  # fmt: skip
 
 
 def resolved_value(r: Resolved, path: tuple[str, ...]):

@@ -53,10 +53,13 @@ from __future__ import annotations
 import math
 import os
 
+from ..catalog.flux import FULL_PARTS as FLUX_FULL
+from ..catalog.flux import SMOKE_PARTS as FLUX_SMOKE
 from ..catalog.sd3_components import CLIP_TOKENS, FULL, SMOKE
 from ..records import frozen
 from .flops import MLP_RATIO, mmdit_params
-from .types import CausalLM, InferWorkload, MMDiTModel, Plan, SD3Pipeline
+from .memory_flux import double_block, single_block
+from .types import CausalLM, FluxModel, FluxPipeline, InferWorkload, MMDiTModel, Plan, SD3Pipeline
 
 GB = 1e9  # decimal, as the vendors state memory_gb
 BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
@@ -162,6 +165,11 @@ def parameters(plan: Plan) -> dict[str, int]:
         if "t5" in model.text_encoders:
             counts["t5"] = _t5_encoder_params(parts["t5"])
         counts["vae"] = _vae_params(parts["vae"])
+    if isinstance(model, FluxPipeline):  # CLIP-L without a projection (Flux reads its pooled output)
+        parts = FLUX_SMOKE if plan.smoke else FLUX_FULL
+        counts["clip_l"] = _clip_params({**parts["clip_l"], "projection_dim": 0})
+        counts["t5"] = _t5_encoder_params(parts["t5"])
+        counts["vae"] = _vae_params(parts["vae"])
     return counts
 
 
@@ -181,6 +189,9 @@ def block_and_root(plan: Plan) -> tuple[int, int]:
     if isinstance(m, CausalLM):  # counted on the meta device (plan/census.py)
         block = m.census.largest_layer
         return block, max(0, total - m.layers * block)
+    if isinstance(m, FluxModel | FluxPipeline):  # a double-stream block is the larger
+        census = m.census if isinstance(m, FluxModel) else m.transformer.census
+        return census.double_block, census.root
     t = m.transformer if isinstance(m, SD3Pipeline) else m
     args = (t.hidden, t.patch, t.in_channels, t.joint_attention_dim, t.pooled_projection_dim,
             t.head_dim, t.qk_norm)  # fmt: skip
@@ -287,6 +298,8 @@ def _head_params(plan: Plan) -> int:
     if isinstance(m, CausalLM):
         return m.vocab * m.hidden + m.hidden
     h = m.hidden
+    if isinstance(m, FluxModel):  # AdaLayerNormContinuous (h -> 2h) and the projection to 64
+        return (h * 2 * h + 2 * h) + (h * m.in_channels + m.in_channels)
     return (h * 2 * h + 2 * h) + (h * m.patch**2 * m.in_channels + m.patch**2 * m.in_channels)
 
 
@@ -295,6 +308,8 @@ def largest_parameter(plan: Plan) -> int:
     projection), the MMDiT's AdaLayerNorm modulation (h -> 6h) or its context embedder."""
     m = plan.model
     if isinstance(m, CausalLM):
+        return m.census.largest_param
+    if isinstance(m, FluxModel):
         return m.census.largest_param
     return max(6 * m.hidden * (m.hidden + 1), (m.joint_attention_dim + 1) * m.hidden)
 
@@ -320,6 +335,8 @@ def backward_units(plan: Plan, halves: bool = True) -> list[Unit]:
         blocks = [(f"layer {i}", block, tokens, tokens * per["layer"], tokens * per["mlp"], mlp)
                   for i in range(m.layers, 0, -1)]  # fmt: skip
         head_saved, embed_saved = tokens * per["head"], 0.0  # the embedding keeps only the ids
+    elif isinstance(m, FluxModel):
+        blocks, head_saved, embed_saved = _flux_blocks(plan, m)
     else:
         image, text = w.micro_batch * w.image_tokens, w.micro_batch * m.text_tokens
         per = _mmdit_block(plan, m, w.image_tokens, m.text_tokens)
@@ -358,8 +375,10 @@ def model_buffers(plan: Plan, dtype_bytes: int) -> float:
     (head_dim / 2 floats) is left out."""
     m = plan.model
     t = m.transformer if isinstance(m, SD3Pipeline) else m
-    if isinstance(t, CausalLM):
+    if isinstance(t, CausalLM | FluxModel):
         return 0.0
+    if isinstance(m, FluxPipeline):  # no position table: rotary; CLIP-L's position ids
+        return float(CLIP_TOKENS * 8)
     ids = 2 * CLIP_TOKENS * 8 if isinstance(m, SD3Pipeline) else 0
     return float(dtype_bytes * t.pos_embed_max_size**2 * t.hidden + ids)
 
@@ -373,6 +392,10 @@ def training_batch(plan: Plan) -> tuple[float, float]:
     w, m = plan.workload, plan.model
     if isinstance(m, CausalLM):
         return 8.0 * w.micro_batch * w.seq_len, 0.0
+    if isinstance(m, FluxModel):  # the packed latents; their 2 x 2 patches hold the same bytes
+        latent = FP32 * w.micro_batch * m.in_channels * w.image_tokens
+        text = FP32 * w.micro_batch * (m.text_tokens * m.joint_attention_dim + m.pooled_projection_dim)
+        return 2 * latent + text, 5 * latent
     latent = FP32 * w.micro_batch * m.in_channels * w.latent_size**2
     text = FP32 * w.micro_batch * (m.text_tokens * m.joint_attention_dim + m.pooled_projection_dim)
     return 2 * latent + text, 5 * latent
@@ -745,6 +768,41 @@ def _mmdit_block(plan: Plan, m: MMDiTModel, image: int, text: int) -> dict[str, 
     return {"full": full, "last_text": 2 * n * h + 4 * b * h + joint, "head": (2 * n + b) * h, "mlp": mlp}
 
 
+def _flux_per_token(plan: Plan, m: FluxModel) -> tuple[dict, dict]:
+    """Bytes per token of a double-stream and of a single-stream block (plan/memory_flux.py)."""
+    b, n, r = _dtypes(plan)
+    s = plan.workload.image_tokens + m.text_tokens
+    eager = eager_attention(plan)
+    shape = (b, n, r, m.hidden, m.heads, s, eager)
+    return double_block(*shape), single_block(*shape)
+
+
+def _flux_head(plan: Plan, m: FluxModel) -> float:
+    """Per image token, the final AdaLayerNormContinuous (input, output) and projection input."""
+    b, n, _ = _dtypes(plan)
+    return (2 * n + b) * m.hidden
+
+
+def _flux_blocks(plan: Plan, m: FluxModel) -> tuple[list, float, float]:
+    """backward_units' blocks of a Flux transformer, the last single-stream block first, and
+    the head's and the embedders' saved bytes."""
+    w = plan.workload
+    b, _, _ = _dtypes(plan)
+    double, single = _flux_per_token(plan, m)
+    census, h = m.census, m.hidden
+    tokens = w.micro_batch * (w.image_tokens + m.text_tokens)
+    mlp_single = h * MLP_RATIO * h + MLP_RATIO * h  # the MLP projection (its out is shared)
+    mlp_double = 2 * (2 * MLP_RATIO * h * h + MLP_RATIO * h + h)  # fc1 and fc2 of both streams
+    blocks = [(f"single block {i}", census.single_block, tokens, tokens * single["full"],
+               tokens * single["mlp"], mlp_single) for i in range(m.single_depth, 0, -1)]  # fmt: skip
+    blocks += [(f"block {i}", census.double_block, tokens, tokens * double["full"],
+                tokens * double["mlp"], mlp_double) for i in range(m.depth, 0, -1)]  # fmt: skip
+    image, text = w.micro_batch * w.image_tokens, w.micro_batch * m.text_tokens
+    head_saved = image * _flux_head(plan, m)
+    embed_saved = b * (image * m.in_channels + text * m.joint_attention_dim)
+    return blocks, head_saved, embed_saved
+
+
 def _llama_layer(plan: Plan, m: CausalLM, tokens: int) -> dict[str, float]:
     """Bytes saved by one decoder layer, per token (transformers' LlamaDecoderLayer): two
     RMSNorms, each its fp32 upcast, the normalised output and the weighted output,
@@ -771,6 +829,13 @@ def training_activations(plan: Plan, checkpointing: bool) -> float:
         per = _llama_layer(plan, m, w.seq_len)
         kept = m.layers * (r * m.hidden if checkpointing else per["layer"])
         per_sample = w.seq_len * (kept + (per["layer"] if checkpointing else 0) + per["head"])
+    elif isinstance(m, FluxModel):
+        double, single = _flux_per_token(plan, m)
+        tokens = w.image_tokens + m.text_tokens
+        blocks = tokens * (m.depth * double["full"] + m.single_depth * single["full"])
+        if checkpointing:  # each block keeps its inputs; one is recomputed at a time
+            blocks = (m.depth + m.single_depth) * tokens * r * m.hidden + tokens * double["full"]
+        per_sample = blocks + w.image_tokens * _flux_head(plan, m)
     else:
         image, text = w.image_tokens, m.text_tokens
         per = _mmdit_block(plan, m, image, text)
@@ -827,16 +892,26 @@ def inference_working(plan: Plan) -> tuple[float, str]:
         return working, how
     tr = m.transformer
     passes = 2 if w.classifier_free_guidance else 1
-    tokens = w.image_tokens + pipeline_text_tokens(m)
+    tokens = w.image_tokens + (tr.text_tokens if isinstance(m, FluxPipeline) else pipeline_text_tokens(m))
     mmdit = passes * w.batch * tokens * (4 + 2 * MLP_RATIO) * tr.hidden * b
-    vae = (SMOKE if plan.smoke else FULL)["vae"]
-    side = w.resolution
-    stages = [c * (side // 2**i) ** 2 for i, c in enumerate(vae["block_out_channels"])]
-    stages.append(vae["block_out_channels"][1] * side * side)  # the last upsampler's output
-    decode = 3 * w.batch * max(stages) * b
+    if isinstance(m, FluxPipeline):  # a single-stream block's widest: the 5h concatenation and more
+        flux = w.batch * tokens * (4 + 2 * MLP_RATIO + 1 + MLP_RATIO) * tr.hidden * b
+        vae = (FLUX_SMOKE if plan.smoke else FLUX_FULL)["vae"]
+        decode = _vae_decode(vae, w.resolution, w.batch, b)
+        if decode > flux:
+            return decode, "VAE decode: 3 tensors of its widest stage (batch x channels x pixels x b)"
+        return flux, "a Flux single-stream pass: 17h per token x batch x (image + text) tokens x b"
+    decode = _vae_decode((SMOKE if plan.smoke else FULL)["vae"], w.resolution, w.batch, b)
     if decode > mmdit:
         return decode, "VAE decode: 3 tensors of its widest stage (batch x channels x pixels x b)"
     return mmdit, "an MMDiT pass: 12h per token x (CFG) batch x (image + 77 + t5) tokens x b"
+
+
+def _vae_decode(vae: dict, side: int, batch: int, b: int) -> float:
+    """VAE decode's widest moment: 3 tensors of its widest stage."""
+    stages = [c * (side // 2**i) ** 2 for i, c in enumerate(vae["block_out_channels"])]
+    stages.append(vae["block_out_channels"][1] * side * side)  # the last upsampler's output
+    return 3 * batch * max(stages) * b
 
 
 def pipeline_held(plan: Plan) -> float:
@@ -848,6 +923,10 @@ def pipeline_held(plan: Plan) -> float:
     scheduler's timesteps and sigmas (fp32)."""
     m, w = plan.model, plan.workload
     tr, b = m.transformer, BYTES[w.precision]
+    if isinstance(m, FluxPipeline):  # the prompt's T5 and pooled embeddings; latents as SD3's
+        text = tr.text_tokens * tr.joint_attention_dim + tr.pooled_projection_dim
+        latents = 4 * tr.in_channels * w.image_tokens
+        return float(b * w.batch * (text + latents) + FP32 * (2 * w.denoising_steps + 1))
     copies = 3 if w.classifier_free_guidance else 1
     text = copies * (pipeline_text_tokens(m) * tr.joint_attention_dim + tr.pooled_projection_dim)
     latents = (7 if w.classifier_free_guidance else 4) * tr.in_channels * w.latent_size**2
@@ -910,11 +989,13 @@ def estimate_memory(plan: Plan) -> Memory:
                 Part(
                     "buffers",
                     buffers,
-                    f"the position embedding table: {b} B x max_size^2 x h"
+                    "CLIP-L's position ids (77 x 8 B)"
+                    if isinstance(plan.model, FluxPipeline)
+                    else f"the position embedding table: {b} B x max_size^2 x h"
                     + (", CLIP's position ids" if isinstance(plan.model, SD3Pipeline) else ""),
                 )
             )
-        if isinstance(plan.model, SD3Pipeline):
+        if isinstance(plan.model, SD3Pipeline | FluxPipeline):
             parts.append(Part("batch", pipeline_held(plan), "the prompt embeddings and latents of the call"))
         cache = kv_cache(plan)
         if cache:

@@ -419,11 +419,12 @@ def _pipeline(plan: Plan, ceilings: Ceilings | None = None) -> Phase:
     counts = parameters(plan)
     encoders = sum(v for k, v in counts.items() if k not in ("transformer", "vae"))
     nbytes = b * (counts["transformer"] * w.denoising_steps + encoders)
+    what = "MMDiT" if plan.model.kind == "sd3" else "Flux transformer"
     return Phase("call", (
         _compute(plan, plan.cost.forward_flops_per_sample * w.batch,
                  f"batch {w.batch} x {w.denoising_steps} steps x {2 if w.classifier_free_guidance else 1} "
-                 "MMDiT passes (CFG)", ceilings),
-        _memory(plan, nbytes, f"MMDiT weights x {w.denoising_steps} steps + text encoders once", ceilings),
+                 f"{what} passes (CFG)", ceilings),
+        _memory(plan, nbytes, f"{what} weights x {w.denoising_steps} steps + text encoders once", ceilings),
     ))  # fmt: skip
 
 

@@ -60,7 +60,8 @@ def shrink(resolved: Resolved, real_grad_accum: int = 1) -> Resolved:
         model["config_extra"] = extra
     else:
         model.update(SMOKE_MODEL[r.model_kind])
-        model["caption_projection_dim"] = None  # derived: the smoke model's hidden size
+        if "caption_projection_dim" in model:
+            model["caption_projection_dim"] = None  # derived: the smoke model's hidden size
     model["preset"] = None
     # real weights never fit a smoke run: the program checks the folder against the model
     # the full run builds from it, then runs the tiny model with random weights

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..diagnostics import printable
 from .roofline import kv_bucket
-from .types import CausalLM, InferWorkload, Plan, SD3Pipeline
+from .types import CausalLM, FluxModel, FluxPipeline, InferWorkload, Plan, SD3Pipeline
 
 
 def _model_line(plan: Plan) -> str:
@@ -21,6 +21,14 @@ def _model_line(plan: Plan) -> str:
         if model.sliding_window:
             text += f", sliding window {model.sliding_window}"
         return text + (", tied embeddings" if model.tie_embeddings else "")
+    if isinstance(model, FluxModel | FluxPipeline):
+        t = model.transformer if isinstance(model, FluxPipeline) else model
+        text = (
+            f"Flux{' (' + t.preset + ')' if t.preset else ''}: {t.depth} double-stream + "
+            f"{t.single_depth} single-stream blocks, hidden {t.hidden}, {t.heads} heads x "
+            f"{t.head_dim}, guidance {'embedded' if t.guidance else 'none'}, {t.text_tokens} text tokens"
+        )
+        return f"Flux pipeline (CLIP-L, T5 + VAE), {text}" if isinstance(model, FluxPipeline) else text
     transformer = model.transformer if isinstance(model, SD3Pipeline) else model
     text = (
         f"MMDiT d{transformer.depth}{' (' + transformer.preset + ')' if transformer.preset else ''}: "
@@ -39,8 +47,9 @@ def _workload_line(plan: Plan) -> str:
         if w.resolution:
             parts.append(
                 f"{w.resolution}x{w.resolution} ({w.image_tokens} image tokens), "
-                f"{w.denoising_steps} denoising steps, guidance {w.guidance:g}"
-                f" (CFG {'on' if w.classifier_free_guidance else 'off'})"
+                f"{w.denoising_steps} denoising steps, "
+                + ("no guidance" if w.guidance is None else f"guidance {w.guidance:g}")
+                + f" (CFG {'on' if w.classifier_free_guidance else 'off'})"
             )
         if w.input_tokens:
             parts.append(f"{w.input_tokens} in -> {w.output_tokens} out tokens, {w.kv_cache} KV cache")
@@ -85,8 +94,9 @@ def _cost_line(plan: Plan) -> str:
     cost = plan.cost
     if isinstance(plan.workload, InferWorkload):
         w = plan.workload
-        per = ("image (the MMDiT over every denoising step; encoders and VAE not counted)"
-               if isinstance(plan.model, SD3Pipeline)
+        what = "Flux transformer" if isinstance(plan.model, FluxPipeline) else "MMDiT"
+        per = (f"image (the {what} over every denoising step; encoders and VAE not counted)"
+               if isinstance(plan.model, SD3Pipeline | FluxPipeline)
                else f"sequence (prefill of {w.input_tokens} + {w.output_tokens} decode steps)")  # fmt: skip
         flops = f"{cost.forward_flops_per_sample:.3e} FLOPs per {per}"
     else:

@@ -87,16 +87,19 @@ def derive(
     precision: str = "bf16",
     static_cache: bool = True,
     graphs: bool = False,
+    pipeline: bool | None = None,
 ) -> Tuning:
     """The knobs of one plan. `fused_qkv_offered`: the model offers fused q/k/v projections
     (True), offers them only at other mathematics (False), or has none to offer (None).
     `explicit_compile` is the spec's train.compile / infer.compile (None: not written, the
     tier decides). `static_cache`: generation with a static KV cache (the decode loop needs one).
-    `graphs`: the spec's infer.graphs (captured and replayed graphs)."""
+    `graphs`: the spec's infer.graphs (captured and replayed graphs). `pipeline`: inference of
+    a text-to-image pipeline (None: the SD3 pipeline's MMDiT, told by fused_qkv_offered)."""
     tuned = tier == "tuned"
     deepspeed = sharding.startswith("zero")
-    pipeline = fused_qkv_offered is not None and not training  # the SD3 pipeline's MMDiT
-    generation = fused_qkv_offered is None and not training  # Llama's generation
+    if pipeline is None:
+        pipeline = fused_qkv_offered is not None and not training  # the SD3 pipeline's MMDiT
+    generation = not pipeline and not training  # a causal LM's generation
     # Generation, tuned, on CUDA and the CPU: benchc's decode loop (a fixed number of tokens,
     # greedy on the device, no per-token host sync; the decode step compiled whole on CUDA).
     # Gaudi keeps optimum-habana's generate, already such a loop there (ignore_eos: a host
@@ -158,7 +161,7 @@ def derive(
         tier=tier,
         compile=compile_,
         # generation (the only inference without the pipeline's MMDiT) is masked
-        attention=_attention(attention, family, tier, masked=not training and fused_qkv_offered is None),
+        attention=_attention(attention, family, tier, masked=generation),
         qkv=qkv,
         optimizer=optimizer,
         hpu_mode=hpu_mode,

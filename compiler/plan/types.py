@@ -12,7 +12,7 @@ from functools import cached_property
 
 from ..catalog.targets import Target
 from ..records import as_dict, frozen
-from .census import Census
+from .census import Census, FluxCensus
 from .flops import ModelCost
 from .parallel import ParallelDims
 from .tuning import Tuning
@@ -92,7 +92,46 @@ class CausalLM:
         return 3 * self.hidden * self.intermediate + self.hidden
 
 
-Model = MMDiTModel | SD3Pipeline | CausalLM
+@frozen
+class FluxModel:
+    """diffusers' FluxTransformer2DModel: `depth` double-stream blocks (image and text tokens
+    with their own weights, attending jointly), then `single_depth` single-stream blocks over
+    both. Latents are packed 2 x 2 (patch), 16 channels into 64. Counted on the meta device
+    (census)."""
+
+    preset: str | None
+    depth: int
+    single_depth: int
+    heads: int
+    head_dim: int
+    hidden: int
+    joint_attention_dim: int
+    pooled_projection_dim: int
+    guidance: bool  # embeds the distilled guidance value (dev), or not (schnell)
+    text_tokens: int  # T5 tokens per sample: the training batch's, the pipeline's maximum
+    weights: str | None
+    config: str  # FluxTransformer2DModel's keyword arguments, JSON
+    census: FluxCensus
+    patch: int = 2  # latents packed 2 x 2 into tokens
+    in_channels: int = 64
+    kind: str = "flux"
+
+
+@frozen
+class FluxPipeline:
+    """The whole Flux text-to-image pipeline (diffusers' FluxPipeline): the transformer, the
+    VAE, CLIP-L and T5."""
+
+    transformer: FluxModel
+    weights: str | None
+    kind: str = "flux_pipeline"
+
+    @property
+    def t5_tokens(self) -> int:
+        return self.transformer.text_tokens
+
+
+Model = MMDiTModel | SD3Pipeline | CausalLM | FluxModel | FluxPipeline
 
 
 @frozen

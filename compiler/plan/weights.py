@@ -13,9 +13,10 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
+from ..catalog.flux import transformer_config
 from ..checkpoints.folder import NOT_THE_MODEL, Checkpoint, CheckpointError, read_checkpoint
 from ..diagnostics import Diagnostic
-from .census import CensusError, checkpoint_tensors
+from .census import CensusError, checkpoint_tensors, flux_checkpoint_tensors
 from .variants import Settings
 
 
@@ -71,6 +72,8 @@ def resolve_weights(settings: Settings, kind: str, model: dict, preset: dict, pr
                 hint="remove the preset: the checkpoint gives the model's shape",
             )
         )
+    if kind == "flux":  # a pipeline's folder, or one transformer's: what each workload needs
+        model["pipeline_folder"] = checkpoint.kind == "flux_pipeline"
     if kind == "sd3" and "t5" in model["text_encoders"] and "text_encoder_3" not in checkpoint.parts:
         problems.append(
             Diagnostic(
@@ -109,22 +112,36 @@ def _expected_tensors(config: dict) -> dict:
         raise CheckpointError(str(exc)) from None
 
 
+def _expected_flux_tensors(shape: dict) -> dict:
+    """A Flux transformer checkpoint's tensors, counted from the model of that shape."""
+    try:
+        return flux_checkpoint_tensors(transformer_config(shape))
+    except CensusError as exc:
+        raise CheckpointError(str(exc)) from None
+
+
 @lru_cache(maxsize=16)
 def _read_cached(path: str, kind: str, stamp: tuple) -> Checkpoint | CheckpointError:
     try:
-        return read_checkpoint(path, kind, _expected_tensors if kind in ("llama", "causal_lm") else None)
+        expected = {"llama": _expected_tensors, "causal_lm": _expected_tensors,
+                    "flux": _expected_flux_tensors}.get(kind)  # fmt: skip
+        return read_checkpoint(path, kind, expected)
     except CheckpointError as exc:
         return exc
 
 
 def _read(path: str, kind: str) -> Checkpoint:
-    """Read once per command however many targets and sweep points name it (the folder's
-    modification time keys the cache, so a folder changed in between is read again)."""
-    try:
-        info = Path(path).stat()
-        stamp = (info.st_mtime_ns, info.st_ino)
-    except OSError:
-        stamp = ()
+    """Read once per command however many targets and sweep points name it (the modification
+    times of the folder and of its configs key the cache, so a folder changed in between, a
+    config rewritten in place included, is read again)."""
+    stamp = []
+    for name in ("", "config.json", "model_index.json", "transformer/config.json"):
+        try:
+            info = (Path(path) / name).stat()
+            stamp.append((info.st_mtime_ns, info.st_ino, info.st_size))
+        except OSError:
+            stamp.append(None)
+    stamp = tuple(stamp)
     found = _read_cached(path, kind, stamp)
     if isinstance(found, CheckpointError):
         raise found

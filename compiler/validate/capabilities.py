@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 from ..diagnostics import Diagnostic
 from ..plan.lower import Resolved
-from ..plan.types import CausalLM, InferWorkload, Plan, SD3Pipeline
+from ..plan.types import CausalLM, FluxModel, FluxPipeline, InferWorkload, Plan, SD3Pipeline
 
 # Precisions a target's chip has that benchc generates no program for yet (`benchc targets`
 # shows them apart; check refuses them with the reason).
@@ -37,11 +37,13 @@ def _not_generated(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:
             yield Diagnostic("SD3 needs both CLIP encoders; only t5 can be left out",
                              _span(r, "model", "sd3", "text_encoders"), hint="write text_encoders = "
                              "[clip_l, clip_g] or [clip_l, clip_g, t5]")  # fmt: skip
+    if isinstance(plan.model, SD3Pipeline | FluxPipeline):
+        name = "SD3" if isinstance(plan.model, SD3Pipeline) else "Flux"
         if dims.distributed:
             where = "nodes" if dims.multi_node else "devices_per_node"
-            yield Diagnostic(f"the SD3 pipeline benchmark runs on one device, not nodes x devices_per_node "
-                             f"= {dims.nodes} x {dims.devices_per_node}", _span(r, "cluster", where),
-                             hint=_LATER)  # fmt: skip
+            yield Diagnostic(f"the {name} pipeline benchmark runs on one device, not nodes x "
+                             f"devices_per_node = {dims.nodes} x {dims.devices_per_node}",
+                             _span(r, "cluster", where), hint=_LATER)  # fmt: skip
     if w.precision in NOT_GENERATED_PRECISIONS:
         yield Diagnostic("fp8 programs are not generated yet (they need Transformer Engine on CUDA "
                          "or Intel Neural Compressor on Gaudi)", _span(r, w_kind, "precision"),
@@ -69,6 +71,10 @@ def _not_generated(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:
     if isinstance(plan.model, CausalLM) and w.attention == "xformers":
         yield Diagnostic("xformers attention is generated for MMDiT only", _span(r, w_kind, "attention"),
                          hint="write attention = fused or sdpa for llama")  # fmt: skip
+    if isinstance(plan.model, FluxModel | FluxPipeline) and w.attention == "xformers":
+        yield Diagnostic("xformers attention is generated for MMDiT only", _span(r, w_kind, "attention"),
+                         hint="write attention = sdpa (PyTorch's kernels), or fused on Gaudi, "
+                         "for flux")  # fmt: skip
 
 
 def _accelerate(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:
@@ -193,17 +199,30 @@ def _pipeline(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:
     """The SD3 pipeline on Gaudi is optimum-habana's, in lazy mode with HPU graphs; on CUDA its
     graphs are torch.compile's (the MMDiT compiled whole, mode reduce-overhead)."""
     w, family = plan.workload, plan.target.family
-    if isinstance(plan.model, SD3Pipeline) and family == "cuda" and w.graphs and w.compile is False:
+    pipeline = isinstance(plan.model, SD3Pipeline | FluxPipeline)
+    what = "the MMDiT" if isinstance(plan.model, SD3Pipeline) else "the Flux transformer"
+    if pipeline and family == "cuda" and w.graphs and w.compile is False:
         yield Diagnostic(
-            f"infer.graphs on {plan.target.name} captures the MMDiT through torch.compile, which "
+            f"infer.graphs on {plan.target.name} captures {what} through torch.compile, which "
             "infer.compile = false turns off",
             _span(r, "infer", "compile"),
-            hint="write infer.graphs = false for an eager MMDiT, or leave infer.compile unwritten",
+            hint=f"write infer.graphs = false for an eager {what[4:]}, or leave infer.compile unwritten",
         )
-    if isinstance(plan.model, SD3Pipeline) and plan.target.family == "hpu" and plan.workload.compile:
+    if pipeline and family == "hpu" and w.attention != "fused":
+        name, processor = (
+            ("GaudiStableDiffusion3Pipeline", "GaudiJointAttnProcessor2_0")
+            if isinstance(plan.model, SD3Pipeline)
+            else ("GaudiFluxPipeline", "GaudiFluxAttnProcessor2_0")
+        )
+        yield Diagnostic(f"on Gaudi, optimum-habana's {name} sets {processor} on every block, which always "
+                         f"runs FusedSDPA: attention = {w.attention} would not be what runs",
+                         _span(r, "infer", "attention"),
+                         hint=f"write `on {plan.target.name} {{ infer.attention = fused }}`")  # fmt: skip
+    if pipeline and plan.target.family == "hpu" and plan.workload.compile:
+        name = "SD3" if isinstance(plan.model, SD3Pipeline) else "Flux"
         yield Diagnostic(
-            f"infer.compile of the SD3 pipeline is not generated for {plan.target.name}",
+            f"infer.compile of the {name} pipeline is not generated for {plan.target.name}",
             _span(r, "infer", "compile"),
-            hint="optimum-habana's SD3 pipeline runs in lazy mode with HPU graphs (infer.graphs); "
+            hint=f"optimum-habana's {name} pipeline runs in lazy mode with HPU graphs (infer.graphs); "
             f"write `on {plan.target.name} {{ infer.compile = false }}`",
         )

@@ -80,8 +80,10 @@ def _remedies(plan: Plan, memory) -> list[str]:
         if isinstance(m, CausalLM) and m.kv_heads % wider == 0 and split:
             found.append(f"more tensor parallelism: parallel.tensor = {wider} on as many devices "
                          f"({verdict(_total_with(plan, tensor=wider))})")  # fmt: skip
-        elif not isinstance(m, CausalLM):
+        elif m.kind == "sd3":
             found.append('a smaller model (preset = "sd3-medium"): the SD3 pipeline runs on one device')
+        elif not isinstance(m, CausalLM):
+            found.append("a device with more memory: the Flux pipeline runs on one device")
         return found + _last(plan, memory)
     if not plan.parallel.activation_checkpointing:
         total = _total_with(plan, activation_checkpointing=True)

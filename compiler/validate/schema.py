@@ -291,7 +291,8 @@ def _diagnose(err: ValidationError, span_of) -> list[Diagnostic]:
             Diagnostic(
                 "the model block names no model kind",
                 span,
-                hint='write e.g. model mmdit { preset = "sd3-medium" } (kinds: llama, mmdit, sd3)',
+                hint='write e.g. model mmdit { preset = "sd3-medium" } '
+                "(kinds: causal_lm, llama, mmdit, sd3, flux)",
             )
         ]
     if kind == "minLength":

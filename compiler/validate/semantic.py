@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator
 
 from ..catalog.targets import TARGETS
 from ..diagnostics import Diagnostic, Span, choices_hint
-from ..plan.lower import METRICS, OBJECTIVES, Resolved
-from ..plan.types import CausalLM, InferWorkload, Plan, SD3Pipeline, TrainWorkload
+from ..plan.lower import METRICS, OBJECTIVES, PLAN_KIND, Resolved
+from ..plan.types import CausalLM, FluxModel, FluxPipeline, InferWorkload, Plan, SD3Pipeline, TrainWorkload
 from .capabilities import check_capabilities
 from .families import check_families
 from .schema import setting_names
@@ -107,7 +107,7 @@ def global_batch(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:
 def heads_divide(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:
     """Attention heads (and KV heads) are split evenly across the tensor-parallel degree."""
     tensor = plan.dims.tensor
-    model = plan.model.transformer if isinstance(plan.model, SD3Pipeline) else plan.model
+    model = _transformer(plan)
     kind = r.model_kind
     counts = [("heads", model.heads)]
     if isinstance(model, CausalLM):
@@ -166,13 +166,18 @@ def warmup_before_steps(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:
         )
 
 
+def _transformer(plan: Plan):
+    """The model, or the transformer of a pipeline."""
+    return plan.model.transformer if isinstance(plan.model, SD3Pipeline | FluxPipeline) else plan.model
+
+
 @rule
 def image_shape(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:
     """resolution divides into VAE latents (/8) and those into patches; patches fit pos_embed."""
     w = plan.workload
     if w.resolution is None:
         return
-    model = plan.model.transformer if isinstance(plan.model, SD3Pipeline) else plan.model
+    model = _transformer(plan)
     step = 8 * model.patch
     if w.resolution % step:
         yield Diagnostic(
@@ -181,7 +186,7 @@ def image_shape(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:
             hint=f"rule: resolution / 8 (VAE) / patch ({model.patch}) must be whole; "
             f"e.g. {w.resolution - w.resolution % step or step}",
         )
-    elif w.resolution // step > model.pos_embed_max_size:
+    elif not isinstance(model, FluxModel) and w.resolution // step > model.pos_embed_max_size:
         yield Diagnostic(
             f"{w.kind}.resolution {w.resolution} gives {w.resolution // step} patches per side, "
             f"more than pos_embed_max_size ({model.pos_embed_max_size})",
@@ -251,8 +256,8 @@ def target_capabilities(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:
 @rule
 def model_shapes(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:
     """MMDiT: the caption projection is as wide as the hidden size (diffusers adds the two)."""
-    model = plan.model.transformer if isinstance(plan.model, SD3Pipeline) else plan.model
-    if isinstance(model, CausalLM) or model.caption_projection_dim == model.hidden:
+    model = _transformer(plan)
+    if isinstance(model, CausalLM | FluxModel) or model.caption_projection_dim == model.hidden:
         return
     yield Diagnostic(
         f"caption_projection_dim ({model.caption_projection_dim}) must equal the hidden size "
@@ -272,7 +277,7 @@ def objective_and_metric(plan: Plan, r: Resolved) -> Iterator[Diagnostic]:
             _span(r, "train", "objective"),
             hint=f"{plan.model.kind} trains with {OBJECTIVES[plan.model.kind]}",
         )
-    allowed = METRICS[(w.kind, plan.model.kind)]
+    allowed = METRICS[(w.kind, PLAN_KIND.get(r.model_kind, r.model_kind))]
     if plan.measure.metric not in allowed:
         yield Diagnostic(
             f"metric {plan.measure.metric} is not measured by {plan.model.kind} {w.kind}",

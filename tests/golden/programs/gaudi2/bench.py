@@ -379,6 +379,11 @@ def repeated_blocks(model):
     return model.transformer_blocks
 
 
+def block_lists(model) -> list:
+    """The lists of repeated blocks, compiled block by block (one list: the joint blocks)."""
+    return [repeated_blocks(model)]
+
+
 def transformer_blocks(model) -> list:
     """The repeated blocks: FSDP2 shards each of them."""
     return list(repeated_blocks(model))
@@ -1362,7 +1367,8 @@ def prepare_training(device, world: int, metrics: dict):
     model.train()
     if knobs["compile"] == "regional":  # before sharding, as torchtitan orders them
         contiguous = device.contiguous_region_inputs
-        compile_blocks(repeated_blocks(model), device.compile_options(), contiguous)
+        for blocks in block_lists(model):
+            compile_blocks(blocks, device.compile_options(), contiguous)
     model = wrap_parallel(model, device, parallel, world, dtype)
     if on_meta:
         materialise(model, buffers, device.device, model_plan["weights"])

@@ -57,6 +57,11 @@ def repeated_blocks(model):
     return model.transformer_blocks
 
 
+def block_lists(model) -> list:
+    """The lists of repeated blocks, compiled block by block (one list: the joint blocks)."""
+    return [repeated_blocks(model)]
+
+
 def transformer_blocks(model) -> list:
     """The repeated blocks: FSDP2 shards each of them."""
     return list(repeated_blocks(model))

@@ -98,6 +98,21 @@ def build_pipeline(
     return pipe
 
 
+def call_options(run: dict, model_plan: dict, batch: int) -> dict:
+    """StableDiffusion3Pipeline's own arguments: an empty negative prompt per image (the
+    unconditional half of classifier-free guidance), T5's length, the guidance scale."""
+    return {
+        "negative_prompt": [""] * batch,
+        "max_sequence_length": model_plan["t5_tokens"],
+        "guidance_scale": run["guidance"],
+    }
+
+
+def block_lists(transformer) -> list:
+    """The MMDiT's lists of repeated blocks, compiled block by block: its joint blocks."""
+    return [transformer.transformer_blocks]
+
+
 DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 LIBRARIES = (
     "torch",
@@ -797,7 +812,9 @@ class DenoiseClock:
     """Times the denoising loop inside a pipeline call: from the moment the initial latents
     are ready to the end of the last step (the device synchronised at both ends). It wraps
     the pipeline's prepare_latents, which both diffusers' and optimum-habana's pipelines call
-    once before the loop (a hook on the transformer would miss replayed HPU graphs)."""
+    once before the loop (a hook on the transformer would miss replayed HPU graphs). The end
+    is the last step's callback, or where a pipeline calls none (optimum-habana's Flux takes
+    callback_on_step_end but never calls it) the VAE's decode, which follows the last step."""
 
     def __init__(self, device) -> None:
         self.device = device
@@ -820,6 +837,16 @@ class DenoiseClock:
             self.end = time.perf_counter()
             self.latents = tensors.get("latents")
         return tensors
+
+    def wrap_decode(self, decode):
+        def timed(latents, *args, **kwargs):
+            if self.end is None:  # no step callback came: the loop ended here
+                self.device.synchronize()
+                self.end = time.perf_counter()
+                self.latents = latents
+            return decode(latents, *args, **kwargs)
+
+        return timed
 
     def check_finite(self, call: int) -> None:
         """The denoised latents hold only finite values (read after the timed call): NaN
@@ -863,24 +890,23 @@ def pipeline_benchmark(metrics: dict, started: float, trace_to=None) -> None:
     batch, size = run["batch"], run["resolution"]
 
     def generate(clock: DenoiseClock):
-        prepare_latents = pipe.prepare_latents
+        prepare_latents, decode = pipe.prepare_latents, pipe.vae.decode
         pipe.prepare_latents = clock.wrap(prepare_latents)
+        pipe.vae.decode = clock.wrap_decode(decode)
         try:
             with torch.no_grad():
                 return pipe(
                     prompt=[PROMPT] * batch,
-                    negative_prompt=[""] * batch,
-                    max_sequence_length=model_plan["t5_tokens"],
                     height=size,
                     width=size,
                     num_inference_steps=run["denoising_steps"],
-                    guidance_scale=run["guidance"],
                     output_type="pil",
                     callback_on_step_end=clock.step_end,
+                    **call_options(run, model_plan, batch),
                     **device.pipeline_call_options(run),
                 ).images
         finally:
-            pipe.prepare_latents = prepare_latents
+            pipe.prepare_latents, pipe.vae.decode = prepare_latents, decode
 
     metrics["startup_s"] = since_process_start(started)
     metrics["device_state"] = device_state(device)

@@ -30,6 +30,11 @@ def repeated_blocks(model):
     return model.model.layers
 
 
+def block_lists(model) -> list:
+    """The lists of repeated blocks, compiled block by block (one list: the decoder layers)."""
+    return [repeated_blocks(model)]
+
+
 def transformer_blocks(model) -> list:
     """The decoder layers: FSDP2 shards each of them."""
     return list(repeated_blocks(model))

@@ -336,10 +336,11 @@ class Device:
         return {"device_map": "cpu"}
 
     def prepare_pipeline(self, pipe, run: dict):
-        """compile: the MMDiT's blocks compiled one by one (Inductor's CPU code); encoders and
-        VAE run eagerly."""
+        """compile: the MMDiT's blocks compiled one by one (Inductor's CPU
+        code); encoders and VAE run eagerly."""
         if PLAN["optimize"]["knobs"]["compile"] == "regional":
-            compile_blocks(pipe.transformer.transformer_blocks, {}, True)
+            for blocks in block_lists(pipe.transformer):
+                compile_blocks(blocks, {}, True)
         return pipe
 
     def pipeline_call_options(self, run: dict) -> dict:

@@ -283,7 +283,8 @@ class Device:
         if compiled == "whole":
             pipe.transformer.compile(fullgraph=True, mode="reduce-overhead")
         elif compiled == "regional":
-            compile_blocks(pipe.transformer.transformer_blocks, {})
+            for blocks in block_lists(pipe.transformer):
+                compile_blocks(blocks, {})
         return pipe
 
     def pipeline_call_options(self, run: dict) -> dict:

@@ -373,7 +373,8 @@ def prepare_training(device, world: int, metrics: dict):
     model.train()
     if knobs["compile"] == "regional":  # before sharding, as torchtitan orders them
         contiguous = device.contiguous_region_inputs
-        compile_blocks(repeated_blocks(model), device.compile_options(), contiguous)
+        for blocks in block_lists(model):
+            compile_blocks(blocks, device.compile_options(), contiguous)
     model = wrap_parallel(model, device, parallel, world, dtype)
     if on_meta:
         materialise(model, buffers, device.device, model_plan["weights"])
