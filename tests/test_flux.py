@@ -392,3 +392,37 @@ def test_the_per_token_activations_are_what_the_blocks_save(autocast):
         measured = grown / 80
         estimated = formula(b, n, n, h, heads, 80, False)["full"]
         assert measured <= estimated * 1.01 and estimated <= measured * 1.05, (type(block).__name__, measured)
+
+
+def test_programs_with_a_weights_folder_load_local_files_only_and_are_lint_clean(write, tmp_path):
+    """Flux's programs with a transformer folder (training) on every target, full and smoke:
+    every from_pretrained and load_config passes local_files_only=True; formatted, lint clean."""
+    import ast
+    import subprocess
+    import sys
+
+    from checkpoint_helpers import flux_checkpoint
+
+    folder = flux_checkpoint(tmp_path / "t")
+    programs = []
+    for target in ("cpu", "h100", "gaudi2"):
+        for smoke in (False, True):
+            work = TRAIN.replace("fp32", "bf16; attention = fused") if target != "cpu" else TRAIN
+            (plan,) = plan_spec(flux_spec(write, work, f'weights = "{folder}"', target), [], [],
+                                smoke=smoke).plans  # fmt: skip
+            path = tmp_path / f"{target}-{smoke}.py"
+            path.write_text(render_point(plan)["bench.py"])
+            programs.append(path)
+    for program in programs:
+        loads = ("from_pretrained", "load_config")
+        calls = [n for n in ast.walk(ast.parse(program.read_text())) if isinstance(n, ast.Call)
+                 and isinstance(n.func, ast.Attribute) and n.func.attr in loads]  # fmt: skip
+        assert len(calls) >= 2 and all(any(k.arg == "local_files_only" for k in c.keywords) for c in calls)
+    ruff = [sys.executable, "-m", "ruff"]
+    names = [str(p) for p in programs]
+    assert (
+        subprocess.run([*ruff, "format", "--isolated", "--check", *names], capture_output=True).returncode
+        == 0
+    )
+    assert subprocess.run([*ruff, "check", "--isolated", "--select", "E,F,W,I,B", "--ignore", "E501", *names],
+                          capture_output=True).returncode == 0  # fmt: skip

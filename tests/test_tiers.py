@@ -160,27 +160,30 @@ def test_no_host_synchronisation_inside_the_measured_steps(tmp_path, spec, runti
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize(
-    "spec, setting", [("sd3.bench", "num_layers"), ("beluga-train.bench", "num_hidden_layers")]
-)
-def test_regional_compilation_does_not_grow_with_depth(tmp_path, spec, setting):
+@pytest.mark.parametrize("spec, settings", [
+    ("sd3.bench", ("num_layers",)), ("beluga-train.bench", ("num_hidden_layers",)),
+    ("flux-train.bench", ("num_layers", "num_single_layers")),  # both kinds of block
+])  # fmt: skip
+def test_regional_compilation_does_not_grow_with_depth(tmp_path, spec, settings):
     """compile_blocks compiles each repeated block whole (fullgraph: a graph break fails) and
     the blocks share their code: the graphs compiled and their sizes are the same for 2, 4
-    and 8 layers."""
+    and 8 layers (of each kind of block, for Flux)."""
     module = load_program(compile_point(tmp_path, spec, "train.compile=true") / "bench.py")
     seen = {}
     for depth in (2, 4, 8):
         torch._dynamo.reset()
         model_plan = json.loads(json.dumps(module.PLAN["model"]))
-        model_plan["config"][setting] = depth
+        model_plan["config"].update(dict.fromkeys(settings, depth))
         torch.manual_seed(0)
         model = module.build_model(model_plan)
         counter = FrameCounter()
-        module.compile_blocks(module.repeated_blocks(model), {"backend": counter})
+        for blocks in module.block_lists(model):
+            module.compile_blocks(blocks, {"backend": counter})
         batch = module.synthetic_batch(module.PLAN["train"], model_plan, torch.device("cpu"))
         loss = module.compute_loss(model, batch, torch.autocast("cpu", dtype=torch.bfloat16), {})
         loss.backward()
-        assert all(type(b).__name__ == "OptimizedModule" for b in module.repeated_blocks(model))
+        compiled = [type(b).__name__ for blocks in module.block_lists(model) for b in blocks]
+        assert compiled == ["OptimizedModule"] * depth * len(settings)
         seen[depth] = sorted(counter.graphs)
     assert seen[2] and seen[2] == seen[4] == seen[8], seen
 
@@ -208,8 +211,10 @@ def test_the_pipelines_mmdit_is_compiled_block_by_block_whatever_its_depth(tmp_p
                         timestep=torch.tensor([500.0]))  # fmt: skip
         seen[depth] = sorted(counter.graphs)
     assert seen[2] and seen[2] == seen[4] == seen[8], seen
-    source = (tmp_path / "sd3_large_infer").rglob("bench.py")
-    assert "compile_blocks(pipe.transformer.transformer_blocks" in next(source).read_text()
+    source = next((tmp_path / "sd3_large_infer").rglob("bench.py")).read_text()
+    regional = "for blocks in block_lists(pipe.transformer):\n" + " " * 16 + "compile_blocks(blocks, {}, True)"
+    assert regional in source
+    assert module.block_lists(transformer) == [transformer.transformer_blocks]
 
 
 @pytest.mark.integration
