@@ -426,3 +426,49 @@ def test_programs_with_a_weights_folder_load_local_files_only_and_are_lint_clean
     )
     assert subprocess.run([*ruff, "check", "--isolated", "--select", "E,F,W,I,B", "--ignore", "E501", *names],
                           capture_output=True).returncode == 0  # fmt: skip
+
+
+@pytest.mark.integration
+def test_fsdp2_and_zero3_ranks_each_read_only_their_part_of_a_sharded_transformer(write, tmp_path):
+    """A Flux transformer saved in several safetensors shards, trained on 2 CPU ranks: built on
+    the meta device, each rank reads at most 0.6 of the checkpoint's bytes (counted by wrapping
+    safetensors' reader, tests/readcount/) under FSDP2 (its shards, by slice) and ZeRO-3 (the
+    rows of its partitions), and ZeRO-3's first loss is one process's from the same weights."""
+    import os
+    import sys
+
+    from checkpoint_helpers import FLUX
+    from diffusers import FluxTransformer2DModel
+    from test_run_cpu import launch_nodes
+
+    from helpers import REPO
+
+    torch.manual_seed(0)
+    model = FluxTransformer2DModel(**{**FLUX, "num_layers": 2, "num_single_layers": 4})
+    model.save_pretrained(tmp_path / "w", max_shard_size="100KB")
+    assert len(list((tmp_path / "w").glob("diffusion_pytorch_model-*.safetensors"))) > 2
+    total = sum(p.numel() * p.element_size() for p in model.parameters())
+    path = flux_spec(write, model=f'weights = "{tmp_path / "w"}"')
+
+    def run(out: str, *sets: str) -> tuple[dict, list]:
+        args = [a for s in sets for a in ("--set", s)]
+        assert run_cli("compile", str(path), "-o", str(tmp_path / out), *args).code == 0
+        env = {**os.environ, "PYTHON": sys.executable, "OMP_NUM_THREADS": "1",
+               "PYTHONPATH": str(REPO / "tests" / "readcount"),
+               "BENCHC_TEST_READCOUNT": str(tmp_path / f"{out}-read")}  # fmt: skip
+        if not sets:  # one process: no launcher names its rank for the counter
+            env.update(RANK="0", WORLD_SIZE="1")
+        point = tmp_path / out / "fx/cpu/default"
+        proc = launch_nodes(point, env)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        reads = [json.loads(p.read_text()) for p in sorted(tmp_path.glob(f"{out}-read.*.json"))]
+        return json.loads((point / "metrics.json").read_text()), reads
+
+    alone, _ = run("one")  # from_pretrained, whole (diffusers reads through load_file)
+    fsdp, reads = run("fsdp", "cluster.devices_per_node=2", "parallel.sharding=fsdp")
+    assert fsdp["status"] == "ok" and fsdp["runtime_detail"]["wrapper"].startswith("FSDP")
+    assert len(reads) == 2 and all(0 < r["bytes"] <= 0.6 * total for r in reads), (reads, total)
+    zero3, reads = run("zero3", "cluster.devices_per_node=2", "parallel.sharding=zero3")
+    assert zero3["status"] == "ok" and len(reads) == 2
+    assert all(0 < r["bytes"] <= 0.6 * total for r in reads), (reads, total)
+    assert zero3["loss"]["all"][0] == pytest.approx(alone["loss"]["all"][0], rel=1e-5)

@@ -111,11 +111,11 @@ def _causal_lm_model(model: CausalLM, work, family: str, meta_init: bool) -> dic
     }
 
 
-def _flux_model(model: FluxModel) -> dict:
+def _flux_model(model: FluxModel, meta_init: bool) -> dict:
     return {
         "kind": model.kind,
         "weights": model.weights,
-        "meta_init": False,  # built whole on every rank before FSDP2 shards it
+        "meta_init": meta_init,  # plan.dims.meta_init: FSDP2 allocates each rank's shards only
         "text_tokens": model.text_tokens,
         "config": config_of(model),  # keyword arguments of diffusers.FluxTransformer2DModel
     }
@@ -266,7 +266,7 @@ def program_settings(plan: Plan) -> dict:
     if isinstance(model, CausalLM):
         common = _common_settings(plan, _causal_lm_model(model, work, family, meta_init), work.seq_len)
     elif isinstance(model, FluxModel):
-        common = _common_settings(plan, _flux_model(model), 1)
+        common = _common_settings(plan, _flux_model(model, meta_init), 1)
     else:
         common = _common_settings(plan, _mmdit_model(model, work), 1)
     return {**common, **_train_settings(plan)}
@@ -430,6 +430,7 @@ def render_program(plan: Plan, env: jinja2.Environment | None = None) -> str:
         ),
         "checkpoint": plan.checkpoint is not None,
         "local_weights": weights_by_rank(plan),
+        "weights_file": "diffusion_pytorch_model.safetensors" if kind == "flux" else "model.safetensors",
         "deepspeed": plan.dims.deepspeed,
         "model_core": f"model_{kind}.py.j2",
         "grouped_attention": grouped_llama(plan),

@@ -1,4 +1,5 @@
-"""How a program reads a causal LM's local weights, and what that costs the host.
+"""How a program reads a causal LM's or a Flux transformer's local weights, and what that costs
+the host.
 
 One job: `weights_by_rank(plan)` says whether each rank reads only its part of a weights
 folder ("shards": each DTensor's part, under FSDP2 training and tensor-parallel generation on
@@ -16,6 +17,7 @@ from ..records import frozen
 from .types import Plan
 
 FP32 = 4
+READ_BY_RANK = ("causal_lm", "flux")  # model kinds whose programs can read weights rank by rank
 
 
 @frozen
@@ -32,7 +34,7 @@ class HostLoading:
 def weights_by_rank(plan: Plan) -> str | None:
     """ "shards", "partitions" or None (see the module docstring)."""
     dims = plan.dims
-    if plan.model.kind != "causal_lm" or plan.model.weights is None or plan.runtime != "torch":
+    if plan.model.kind not in READ_BY_RANK or plan.model.weights is None or plan.runtime != "torch":
         return None
     if dims.training and dims.zero_stage == 3 and dims.distributed:
         return "partitions"
@@ -42,9 +44,9 @@ def weights_by_rank(plan: Plan) -> str | None:
 
 
 def host_loading(plan: Plan) -> HostLoading | None:
-    """What loading a causal LM's weights folder whole takes of the host; None where no folder
-    is loaded whole (no weights, or each rank reads its part)."""
-    if plan.model.kind != "causal_lm" or plan.model.weights is None or weights_by_rank(plan):
+    """What loading a causal LM's or a Flux transformer's weights folder whole takes of the host;
+    None where no folder is loaded whole (no weights, or each rank reads its part)."""
+    if plan.model.kind not in READ_BY_RANK or plan.model.weights is None or weights_by_rank(plan):
         return None
     processes = plan.dims.devices_per_node
     how = (f"each of the node's {processes} process{'es' if processes > 1 else ''} loads the folder whole "

@@ -112,7 +112,11 @@ def builds_on_meta(model, work, family: str = "cpu") -> bool:
     more, and for any with local weights: DTensor on CPU and CUDA (each rank reading its slice
     of the weights), DeepSpeed's AutoTP on Gaudi (it materialises a meta model's shards on the
     card; the program then fills them with random weights: local weights there are loaded
-    whole, as DeepSpeed slices them). (The MMDiT is always built whole.)"""
+    whole, as DeepSpeed slices them). A Flux transformer's training does too (12B parameters: a
+    whole fp32 build is 48 GB on every rank), its local weights read shard by shard. (The MMDiT
+    and the pipelines are always built whole.)"""
+    if model.kind == "flux":
+        return work.kind == "train"
     if model.kind != "causal_lm":
         return False
     if model.weights is not None:
