@@ -59,3 +59,10 @@ def plan_literal(program: str) -> dict:
         if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "PLAN":
             return ast.literal_eval(node.value)
     raise AssertionError("no PLAN")
+
+
+def spec_points(spec: str, target: str, smoke: bool = False) -> list[dict]:
+    """The files of every point of a spec for one target."""
+    with in_repo():
+        plans = plan_spec(Path("specs") / spec, targets=[target], smoke=smoke).plans
+    return [render_point(plan) for plan in plans]

@@ -173,21 +173,32 @@ def test_each_family_decodes_transformers_greedy_tokens(write, tmp_path, family)
     path = family_spec(write, family)
     result = run_cli("compile", str(path), "-o", str(tmp_path / "out"))
     assert result.code == 0, result.err
-    module = load_program(tmp_path / "out/fam/cpu/default/bench.py")
+    loop = _decodes_greedy_tokens(load_program(tmp_path / "out/fam/cpu/default/bench.py"), plan_of(path))
+    if family == "mistral":  # its window's layers read from the window's first bucket on
+        assert loop.cache.sliding == frozenset({0, 1}) and loop.cache.window_from > 0
+
+
+def _decodes_greedy_tokens(module, plan):
+    """The program's decode loop and transformers' greedy generate (eager attention, its own
+    cache) from the same weights and prompt make the same tokens, with the plan's decode bucket
+    and with buckets of 4 keys (a sliding window then reads from its first bucket on, not from
+    the cache's start). The loop of 4-key buckets, for its cache's last reads."""
     model_plan, run = module.PLAN["model"], module.PLAN["infer"]
     torch.manual_seed(0)
     model = module.build_model(model_plan).eval()
-    reference = reference_model(plan_of(path)).eval()
+    reference = reference_model(plan).eval()
     reference.load_state_dict(model.state_dict())
     prompt = torch.randint(0, 256, (run["batch"], run["input_tokens"]))
     tokens = run["output_tokens"]
     with torch.no_grad():
-        ours = module.DecodeLoop(model, prompt, tokens, None)(tokens)
         expected = reference.generate(
             input_ids=prompt, attention_mask=torch.ones_like(prompt), do_sample=False, pad_token_id=0,
             max_new_tokens=tokens, min_new_tokens=tokens,
         )  # fmt: skip
-    assert torch.equal(ours, expected)
+        assert torch.equal(module.DecodeLoop(model, prompt, tokens, None)(tokens), expected)
+        loop = module.DecodeLoop(model, prompt, tokens, None, bucket=4)
+        assert torch.equal(loop(tokens), expected)
+    return loop
 
 
 @pytest.mark.integration
@@ -223,21 +234,8 @@ def test_a_window_on_some_layers_only_decodes_transformers_greedy_tokens(tmp_pat
     plan = plan_of(path)
     assert plan.model.census.windows == (None, 8) and plan.model.sliding_window == 8
     assert run_cli("compile", str(path), "-o", str(tmp_path / "out")).code == 0
-    module = load_program(tmp_path / "out/fam/cpu/default/bench.py")
-    model_plan, run = module.PLAN["model"], module.PLAN["infer"]
-    torch.manual_seed(0)
-    model = module.build_model(model_plan).eval()
-    reference = reference_model(plan).eval()
-    reference.load_state_dict(model.state_dict())
-    prompt = torch.randint(0, 256, (run["batch"], run["input_tokens"]))
-    tokens = run["output_tokens"]
-    with torch.no_grad():
-        ours = module.DecodeLoop(model, prompt, tokens, None)(tokens)
-        expected = reference.generate(
-            input_ids=prompt, attention_mask=torch.ones_like(prompt), do_sample=False, pad_token_id=0,
-            max_new_tokens=tokens, min_new_tokens=tokens,
-        )  # fmt: skip
-    assert torch.equal(ours, expected)
+    loop = _decodes_greedy_tokens(load_program(tmp_path / "out/fam/cpu/default/bench.py"), plan)
+    assert loop.cache.sliding == frozenset({1}) and loop.cache.window_from > 0  # layer 1 only
 
 
 # ------------------------------------------------------------------ refusals

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from codegen_helpers import core_text, s1_files, spec_files
+from codegen_helpers import core_text, s1_files, spec_files, spec_points
 
 from benchc.codegen.literals import literal, string_literal
 
@@ -141,6 +141,26 @@ def test_generated_programs_are_formatted_and_lint_clean(tmp_path, target, smoke
     lint = _ruff(
         "check", "--isolated", "--select", "E,F,W,I,B", "--ignore", "E501", "bench.py", cwd=tmp_path
     )  # F821 (undefined name) and F401 (unused import) included
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+
+
+@pytest.mark.integration  # ruff on each program
+def test_every_reference_spec_s_programs_are_formatted_and_lint_clean(tmp_path):
+    """Every spec in specs/, on cpu (smoke), h100 and gaudi2: each point's program formatted as
+    ruff formats it and lint clean (a model kind's templates are only ever seen through its specs)."""
+    from helpers import SPECS
+
+    names = []
+    for spec in sorted(SPECS.glob("*.bench")):
+        for target, smoke in (("cpu", True), ("h100", False), ("gaudi2", False)):
+            for index, files in enumerate(spec_points(spec.name, target, smoke)):
+                name = f"{spec.stem}-{target}-{index}.py"
+                (tmp_path / name).write_text(files["bench.py"])
+                names.append(name)
+    assert len(names) >= 27
+    fmt = _ruff("format", "--isolated", "--check", *names, cwd=tmp_path)
+    assert fmt.returncode == 0, fmt.stdout + fmt.stderr
+    lint = _ruff("check", "--isolated", "--select", "E,F,W,I,B", "--ignore", "E501", *names, cwd=tmp_path)
     assert lint.returncode == 0, lint.stdout + lint.stderr
 
 

@@ -167,3 +167,43 @@ def test_a_calibrated_cpu_decode_run_is_reported_as_bytes_per_second_against_the
     estimate = benchc("estimate", "specs/beluga-infer.bench", "--target", "cpu", "--smoke", *one, "--db", db)
     decode = next(line for line in estimate.splitlines() if line.startswith("  decode      "))
     assert "cpu states no HBM bandwidth; measured: at the " in decode and "copy bandwidth at least" in decode
+
+
+@pytest.mark.integration
+def test_a_sliding_window_layer_reads_only_the_buckets_its_window_reaches(write, tmp_path):
+    """A Mistral (every layer windowed, 100 keys), 64 input and 400 output tokens, buckets of
+    128: each decode step's attention reads from the window's oldest key rounded down to the
+    bucket, never the whole filled cache (at most window + 2 buckets, against up to 464), the
+    tokens equal transformers' greedy generate's, and the step compiles at most three times
+    (the window's start becomes symbolic as the bucket's end did)."""
+    model = (
+        'model_type = "mistral"; hidden = 64; layers = 2; heads = 4; kv_heads = 2; intermediate = 96; '
+        "vocab = 256; max_positions = 1024; sliding_window = 100"
+    )
+    infer = "precision = fp32; input_tokens = 64; output_tokens = 400"
+    path = write("m.bench", f"experiment m {{\n  model causal_lm {{ {model} }}\n  infer {{ {infer} }}\n"
+                 "  targets = [cpu]\n}\n")  # fmt: skip
+    assert run_cli("compile", str(path), "-o", str(tmp_path / "out")).code == 0
+    module = load_program(tmp_path / "out/m/cpu/default/bench.py")
+    torch.manual_seed(0)
+    model = module.build_model(module.PLAN["model"]).eval()
+    prompt = torch.randint(0, 256, (2, INPUT))
+    with torch.no_grad():
+        expected = model.generate(
+            input_ids=prompt, attention_mask=torch.ones_like(prompt), do_sample=False, pad_token_id=0,
+            max_new_tokens=OUTPUT, min_new_tokens=OUTPUT,
+        )  # fmt: skip
+    recorder = KeysRead()
+    with torch.no_grad(), recorder:
+        assert torch.equal(module.DecodeLoop(model, prompt, OUTPUT, None, BUCKET)(OUTPUT), expected)
+    decode = recorder.lengths[2:]  # after the prefill's two layers
+    window = 100
+    assert max(decode) <= window + 2 * BUCKET < INPUT + OUTPUT
+    for step, filled in enumerate(range(INPUT + 1, INPUT + OUTPUT)):
+        start = max(0, (filled - window) // BUCKET * BUCKET)
+        assert decode[2 * step] == bucket_end(filled, BUCKET) - start
+    counter = FrameCounter()
+    compiled = module.DecodeLoop(model, prompt, OUTPUT, {"backend": counter}, BUCKET)
+    with torch.no_grad():
+        assert torch.equal(compiled(OUTPUT), expected)
+    assert len(counter.graphs) <= 3

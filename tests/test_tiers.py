@@ -212,7 +212,8 @@ def test_the_pipelines_mmdit_is_compiled_block_by_block_whatever_its_depth(tmp_p
         seen[depth] = sorted(counter.graphs)
     assert seen[2] and seen[2] == seen[4] == seen[8], seen
     source = next((tmp_path / "sd3_large_infer").rglob("bench.py")).read_text()
-    regional = "for blocks in block_lists(pipe.transformer):\n" + " " * 16 + "compile_blocks(blocks, {}, True)"
+    indent = "\n" + " " * 16
+    regional = f"for blocks in block_lists(pipe.transformer):{indent}compile_blocks(blocks, {{}}, True)"
     assert regional in source
     assert module.block_lists(transformer) == [transformer.transformer_blocks]
 

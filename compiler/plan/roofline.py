@@ -327,6 +327,12 @@ def keys_read(filled: int, bucket: int | None, cache: int) -> int:
     return min(-(-filled // bucket) * bucket, cache)
 
 
+def window_start(filled: int, window: int | None, bucket: int) -> int:
+    """The first key benchc's decode loop reads in a sliding-window layer with `filled` keys in
+    the cache: the oldest in the window, rounded down to the bucket (0 without a window)."""
+    return max(0, (filled - window) // bucket * bucket) if window else 0
+
+
 def key_rule(plan: Plan) -> str:
     """kv_bucket in words."""
     return key_rule_of(kv_bucket(plan))
@@ -393,13 +399,23 @@ def _generation(plan: Plan, ceilings: Ceilings | None = None) -> tuple[Phase, ..
     steps = outs - 1
     if steps < 1:
         return (prefill,)
-    # decode step j (1 .. steps) writes one token's keys, filling ins + j, and reads keys_read of that
-    read = sum(keys_read(ins + j, bucket, cache) for j in range(1, steps + 1))
+    # decode step j (1 .. steps) writes one token's keys, filling ins + j, and reads keys_read of
+    # that in every layer; benchc's loop reads a sliding-window layer from its window's bucket on
+    loop = plan.tuning is not None and plan.tuning.decode == "loop" and bucket is not None
+    windows = m.census.windows if loop and any(m.census.windows) else (None,) * m.layers
+
+    def layer_keys(filled: int) -> float:
+        end = keys_read(filled, bucket, cache)
+        return sum(end - window_start(filled, w, bucket or 1) for w in windows) / m.layers
+
+    read = sum(layer_keys(ins + j) for j in range(1, steps + 1))
+    windowed = ", a sliding-window layer from its window's first bucket" if any(windows) else ""
+    rule = key_rule(plan) + windowed
     decode = Phase("decode", (
         _compute(plan, batch * decode_flops / t, f"batch {batch} x {steps} decode steps{split}", ceilings),
         _memory(plan, steps * weights(batch) + batch * (read + steps) * per_token,
                 f"{steps} steps x weights {_gb(weights(batch))} (the embedding's {batch} rows), + the KV "
-                f"cache read ({key_rule(plan)}) and written", ceilings),
+                f"cache read ({rule}) and written", ceilings),
         *tensor_parallel(steps, batch),
     ))  # fmt: skip
     return prefill, decode

@@ -848,17 +848,25 @@ def deepspeed_tensor_parallel(model, degree: int, dtype, graphs: bool):
 class BucketedCache(StaticCache):
     """transformers' static KV cache whose attention reads the keys and values only up to
     `keys_read` (the decode step sets it: the filled length rounded up to the plan's decode
-    bucket), not over the whole cache. The keys past the filled length are masked anyway:
-    the sums are the same, and fewer bytes are read (as optimum-habana's buckets on Gaudi).
-    None: the whole cache."""
+    bucket), not over the whole cache, and in a sliding-window layer (`sliding`: their
+    indices) only from `window_from` on (the oldest key still in the window, rounded down to
+    the bucket). The keys outside are masked anyway: the sums are the same, and fewer bytes
+    are read (as optimum-habana's buckets on Gaudi). None: the whole cache."""
 
     keys_read = None
+    window_from = 0
+    sliding = frozenset()
 
-    def update(self, key_states, value_states, *args, **kwargs):
-        keys, values = super().update(key_states, value_states, *args, **kwargs)
+    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+        states = (key_states, value_states, layer_idx)
+        keys, values = super().update(*states, *args, **kwargs)
         if self.keys_read is None:
             return keys, values
-        return keys[:, :, : self.keys_read], values[:, :, : self.keys_read]
+        start = self.window_from if layer_idx in self.sliding else 0
+        return (
+            keys[:, :, start : self.keys_read],
+            values[:, :, start : self.keys_read],
+        )
 
 
 class DecodeLoop:
@@ -872,11 +880,13 @@ class DecodeLoop:
     torch.compile compiles the step for the first bucket, then once more with that length
     symbolic (its automatic dynamic shapes) for every later bucket: at most two compilations
     however many buckets the output spans, each bucket then its own CUDA graph under
-    reduce-overhead (CUDA graph trees record one graph per shape). The attention mask is made
-    on the device from the positions (keys up to each query's position, and within the
-    sliding window where the model has one, over the bucket's keys), a 4-D mask transformers
-    passes unchanged to the attention kernel (one per layer type where the config lays them
-    out). The tokens are transformers' greedy generate's."""
+    reduce-overhead (CUDA graph trees record one graph per shape). A sliding-window layer
+    reads only the buckets its window reaches: from the oldest key in the window, rounded
+    down to the bucket (its length another input's, so symbolic too). The attention mask is
+    made on the device from the positions (keys up to each query's position, and within the
+    sliding window where the model has one, over the keys each layer reads), a 4-D mask
+    transformers passes unchanged to the attention kernel (one per layer type where the
+    config lays them out). The tokens are transformers' greedy generate's."""
 
     def __init__(
         self, model, prompt, new_tokens: int, compile_options, bucket=None
@@ -898,7 +908,14 @@ class DecodeLoop:
         # a sliding window: keys older than `window` positions are masked out, in every layer
         # or (a config that lays out layer_types) in its sliding-attention layers only
         self.window = getattr(model.config, "sliding_window", None)
-        self.per_layer_type = bool(getattr(model.config, "layer_types", None))
+        layer_types = getattr(model.config, "layer_types", None)
+        self.per_layer_type = bool(layer_types)
+        if self.window:
+            layers = range(model.config.num_hidden_layers)
+            sliding = "sliding_attention"
+            self.cache.sliding = frozenset(
+                i for i in layers if not layer_types or layer_types[i] == sliding
+            )
         self.keys = torch.arange(self.size, device=device)
         self.prompt_positions = torch.arange(length, device=device)
         self.position = torch.zeros(1, dtype=torch.long, device=device)
@@ -911,14 +928,25 @@ class DecodeLoop:
         """The keys attention reads when `filled` are in the cache: rounded up to the bucket."""
         return min(-(-filled // self.bucket) * self.bucket, self.size)
 
-    def step(self, tokens, positions, keys):
+    def window_from(self, filled: int) -> int:
+        """The first key a sliding-window layer reads when `filled` are in the cache and the
+        newest is the only query: the oldest in its window, rounded down to the bucket."""
+        if not self.window:
+            return 0
+        return max(0, (filled - self.window) // self.bucket * self.bucket)
+
+    def step(self, tokens, positions, keys, skipped):
         """One forward over `tokens` at `positions`, attending to the cache's first
-        len(`keys`) keys (`keys`: their positions), and the next token of each sequence."""
+        len(`keys`) keys (`keys`: their positions), a sliding-window layer to those after the
+        first len(`skipped`), and the next token of each sequence."""
         self.cache.keys_read = keys.shape[0]
+        self.cache.window_from = skipped.shape[0]
         causal = keys <= positions[:, None]
         mask = causal[None, None]
         if self.window:
-            windowed = (causal & (keys > positions[:, None] - self.window))[None, None]
+            near = keys[skipped.shape[0] :]
+            newest = positions[:, None]
+            windowed = ((near <= newest) & (near > newest - self.window))[None, None]
             full_layers = {"full_attention": mask, "sliding_attention": windowed}
             mask = full_layers if self.per_layer_type else windowed
         logits = self.model(
@@ -936,16 +964,18 @@ class DecodeLoop:
         length = self.prompt.shape[1]
         self.cache.reset()
         prefill_keys = self.keys[: self.bucket_end(length)]
-        # not compiled
-        token = self.step(self.prompt, self.prompt_positions, prefill_keys)
+        # not compiled; every query of the prompt attends from its own window's start: all keys
+        prompt, positions = self.prompt, self.prompt_positions
+        token = self.step(prompt, positions, prefill_keys, self.keys[:0])
         generated = [token]
         self.position.fill_(length)
         for filled in range(length + 1, length + tokens):
             # this step writes the filled-th key; attention reads up to its bucket's end (a
             # view of the positions on the device, cut on the host: nothing waits)
             keys = self.keys[: self.bucket_end(filled)]
+            skipped = self.keys[: self.window_from(filled)]  # outside every window
             # a clone: under CUDA graphs the step's output is overwritten by its next replay
-            token = self.compiled_step(token, self.position, keys).clone()
+            token = self.compiled_step(token, self.position, keys, skipped).clone()
             generated.append(token)
             self.position += 1
         return torch.cat([self.prompt, *generated], dim=1)
