@@ -171,16 +171,17 @@ def test_a_calibrated_cpu_decode_run_is_reported_as_bytes_per_second_against_the
 
 @pytest.mark.integration
 def test_a_sliding_window_layer_reads_only_the_buckets_its_window_reaches(write, tmp_path):
-    """A Mistral (every layer windowed, 100 keys), 64 input and 400 output tokens, buckets of
-    128: each decode step's attention reads from the window's oldest key rounded down to the
-    bucket, never the whole filled cache (at most window + 2 buckets, against up to 464), the
-    tokens equal transformers' greedy generate's, and the step compiles at most three times
-    (the window's start becomes symbolic as the bucket's end did)."""
+    """A Mistral (every layer windowed, 40 keys), 64 input and 150 output tokens, buckets of 32:
+    each decode step's attention reads from the window's oldest key rounded down to the bucket,
+    never the whole filled cache (at most window + 2 buckets, against up to 214), the tokens
+    equal transformers' greedy generate's, and the step compiles at most three times (the
+    window's start becomes symbolic as the bucket's end did)."""
+    window, bucket, output = 40, 32, 150
     model = (
         'model_type = "mistral"; hidden = 64; layers = 2; heads = 4; kv_heads = 2; intermediate = 96; '
-        "vocab = 256; max_positions = 1024; sliding_window = 100"
+        f"vocab = 256; max_positions = 1024; sliding_window = {window}"
     )
-    infer = "precision = fp32; input_tokens = 64; output_tokens = 400"
+    infer = f"precision = fp32; input_tokens = {INPUT}; output_tokens = {output}"
     path = write("m.bench", f"experiment m {{\n  model causal_lm {{ {model} }}\n  infer {{ {infer} }}\n"
                  "  targets = [cpu]\n}\n")  # fmt: skip
     assert run_cli("compile", str(path), "-o", str(tmp_path / "out")).code == 0
@@ -191,19 +192,18 @@ def test_a_sliding_window_layer_reads_only_the_buckets_its_window_reaches(write,
     with torch.no_grad():
         expected = model.generate(
             input_ids=prompt, attention_mask=torch.ones_like(prompt), do_sample=False, pad_token_id=0,
-            max_new_tokens=OUTPUT, min_new_tokens=OUTPUT,
+            max_new_tokens=output, min_new_tokens=output,
         )  # fmt: skip
     recorder = KeysRead()
     with torch.no_grad(), recorder:
-        assert torch.equal(module.DecodeLoop(model, prompt, OUTPUT, None, BUCKET)(OUTPUT), expected)
+        assert torch.equal(module.DecodeLoop(model, prompt, output, None, bucket)(output), expected)
     decode = recorder.lengths[2:]  # after the prefill's two layers
-    window = 100
-    assert max(decode) <= window + 2 * BUCKET < INPUT + OUTPUT
-    for step, filled in enumerate(range(INPUT + 1, INPUT + OUTPUT)):
-        start = max(0, (filled - window) // BUCKET * BUCKET)
-        assert decode[2 * step] == bucket_end(filled, BUCKET) - start
+    assert max(decode) <= window + 2 * bucket < INPUT + output
+    for step, filled in enumerate(range(INPUT + 1, INPUT + output)):
+        start = max(0, (filled - window) // bucket * bucket)
+        assert decode[2 * step] == min(-(-filled // bucket) * bucket, INPUT + output) - start
     counter = FrameCounter()
-    compiled = module.DecodeLoop(model, prompt, OUTPUT, {"backend": counter}, BUCKET)
+    compiled = module.DecodeLoop(model, prompt, output, {"backend": counter}, bucket)
     with torch.no_grad():
-        assert torch.equal(compiled(OUTPUT), expected)
+        assert torch.equal(compiled(output), expected)
     assert len(counter.graphs) <= 3

@@ -316,15 +316,6 @@ def test_a_transformer_folder_gives_the_shape_and_a_mismatch_is_refused_at_weigh
 
 
 @pytest.mark.integration
-def test_a_full_training_run_loads_the_transformer_folder(write, tmp_path):
-    from checkpoint_helpers import MARKER, flux_checkpoint
-
-    folder = flux_checkpoint(tmp_path / "t")
-    module = _run_loading(flux_spec(write, model=f'weights = "{folder}"'), tmp_path)
-    assert module.build_model(module.PLAN["model"]).proj_out.bias[0].item() == MARKER
-
-
-@pytest.mark.integration
 def test_a_pipeline_folder_is_checked_part_by_part_and_a_full_run_loads_it(flux_pipeline_folder, write,
                                                                            tmp_path):  # fmt: skip
     from checkpoint_helpers import MARKER
@@ -430,21 +421,25 @@ def test_programs_with_a_weights_folder_load_local_files_only_and_are_lint_clean
 
 @pytest.mark.integration
 def test_fsdp2_and_zero3_ranks_each_read_only_their_part_of_a_sharded_transformer(write, tmp_path):
-    """A Flux transformer saved in several safetensors shards, trained on 2 CPU ranks: built on
+    """A Flux transformer saved in several safetensors shards: one process's full run loads it
+    (the marker weight seen), and trained on 2 CPU ranks, built on
     the meta device, each rank reads at most 0.6 of the checkpoint's bytes (counted by wrapping
     safetensors' reader, tests/readcount/) under FSDP2 (its shards, by slice) and ZeRO-3 (the
     rows of its partitions), and ZeRO-3's first loss is one process's from the same weights."""
     import os
     import sys
 
-    from checkpoint_helpers import FLUX
+    from checkpoint_helpers import FLUX, MARKER
     from diffusers import FluxTransformer2DModel
+    from program_helpers import load_program
     from test_run_cpu import launch_nodes
 
     from helpers import REPO
 
     torch.manual_seed(0)
     model = FluxTransformer2DModel(**{**FLUX, "num_layers": 2, "num_single_layers": 4})
+    with torch.no_grad():
+        model.proj_out.bias[0] = MARKER
     model.save_pretrained(tmp_path / "w", max_shard_size="100KB")
     assert len(list((tmp_path / "w").glob("diffusion_pytorch_model-*.safetensors"))) > 2
     total = sum(p.numel() * p.element_size() for p in model.parameters())
@@ -464,7 +459,10 @@ def test_fsdp2_and_zero3_ranks_each_read_only_their_part_of_a_sharded_transforme
         reads = [json.loads(p.read_text()) for p in sorted(tmp_path.glob(f"{out}-read.*.json"))]
         return json.loads((point / "metrics.json").read_text()), reads
 
-    alone, _ = run("one")  # from_pretrained, whole (diffusers reads through load_file)
+    alone, _ = run("one")  # a full run: from_pretrained, whole (diffusers reads through load_file)
+    assert alone["weights"]["loaded"] is True
+    module = load_program(tmp_path / "one/fx/cpu/default/bench.py")
+    assert module.build_model(module.PLAN["model"]).proj_out.bias[0].item() == MARKER
     fsdp, reads = run("fsdp", "cluster.devices_per_node=2", "parallel.sharding=fsdp")
     assert fsdp["status"] == "ok" and fsdp["runtime_detail"]["wrapper"].startswith("FSDP")
     assert len(reads) == 2 and all(0 < r["bytes"] <= 0.6 * total for r in reads), (reads, total)
