@@ -158,3 +158,17 @@ def test_each_command_builds_only_its_group_and_help_lists_every_command(tmp_pat
                            cwd=REPO, capture_output=True, text=True, timeout=120)  # fmt: skip
     assert found.returncode == 0, found.stderr
     assert found.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_compile_says_what_check_warns_of_and_still_writes(tmp_path):
+    """A point that will not fit its device's memory: compile (and so run and submit, which
+    compile a spec the same way) prints check's warning, located, and writes the point."""
+    spec = tmp_path / "big.bench"
+    spec.write_text('experiment big {\n  model llama { preset = "llama-2-70b" }\n  train { seq_len = 512 }\n'
+                    "  targets = [h100]\n}\n")  # fmt: skip
+    check = run_cli("check", str(spec))
+    result = run_cli("compile", str(spec), "-o", str(tmp_path / "out"))
+    assert check.code == result.code == 0
+    warning = "big.bench:2:26: warning: h100 / default will not fit in memory"
+    assert warning in check.err and warning in result.err
+    assert (tmp_path / "out/big/h100/default/bench.py").is_file()

@@ -160,6 +160,10 @@ def compile_spec(args, sbatch: bool = False):
         raise error("-o/--out needs a folder name, got ''", None,
                     hint="name the build folder, e.g. -o build (the default)")  # fmt: skip
     result = plan_args(args)
+    if result.warnings:  # what check warns of (a point that will not fit its memory), said here too
+        from ..console import emit, raw
+
+        emit(raw(sys.stderr), format_diagnostics(result.warnings, color=getattr(args, "colour", False)))
     return compile_plans(result.plans, Path(args.out), sbatch=sbatch)
 
 
