@@ -16,7 +16,7 @@ from ..catalog.causal_lm import FAMILIES, FAMILY_KEYS, config_keys, transformers
 from ..checkpoints.folder import CheckpointError, causal_lm_settings
 from ..diagnostics import BenchError, Diagnostic, Span, choices_hint
 from ..files import read_bounded
-from .census import CensusError, CensusUnavailable, canonical, census_of
+from .census import canonical, census_of, counted_or_located
 from .types import CausalLM
 from .variants import Settings
 
@@ -135,14 +135,8 @@ def _absolute(settings: Settings, key: tuple, written: str) -> Path:
 def build_causal_lm(m: dict, at: Span | None) -> CausalLM:
     """The typed model of a resolved causal LM: the shape as the built config holds it."""
     config = transformers_config(m)
-    try:
-        census = census_of(config)
-    except CensusUnavailable as exc:
-        hint = "pip install 'benchc[run]' (or name a preset: their counts ship with benchc)"
-        raise BenchError(Diagnostic(f"model: {exc}", at, hint=hint)) from None
-    except CensusError as exc:
-        hint = f"check the model's settings against its family's config in transformers ({m['model_type']})"
-        raise BenchError(Diagnostic(f"model: {exc}", at, hint=hint)) from None
+    hint = f"check the model's settings against its family's config in transformers ({m['model_type']})"
+    census = counted_or_located(census_of, config, at, hint)
     keys = config_keys(m["model_type"])
     intermediate = census.value(keys["intermediate"])
     windows = [w for w in census.windows if w]

@@ -25,6 +25,7 @@ from functools import lru_cache
 from importlib import metadata, resources
 
 from .. import cache
+from ..diagnostics import BenchError, Diagnostic
 from ..records import frozen
 
 PROBE_TIMEOUT_S = 300  # a 100k-module MoE takes seconds; an import of torch on a loaded machine, more
@@ -125,47 +126,60 @@ def canonical(config: dict) -> str:
     return json.dumps(config, sort_keys=True, separators=(",", ":"))
 
 
-@lru_cache(maxsize=1)
+@lru_cache(maxsize=2)
+def _table(name: str) -> dict[str, dict]:
+    """A presets' census table shipped with benchc: canonical config -> census."""
+    return json.loads(resources.files("benchc.catalog").joinpath(name).read_text(encoding="utf-8"))
+
+
 def _shipped() -> dict[str, dict]:
-    text = resources.files("benchc.catalog").joinpath(TABLE).read_text(encoding="utf-8")
-    return json.loads(text)
+    return _table(TABLE)
 
 
-def _transformers_version() -> str | None:
+def _shipped_flux() -> dict[str, dict]:
+    return _table(FLUX_TABLE)
+
+
+def _version(library: str) -> str | None:
     try:
-        return metadata.version("transformers")
+        return metadata.version(library)
     except metadata.PackageNotFoundError:
         return None
 
 
-@lru_cache(maxsize=256)
-def _census_of(text: str) -> Census:
-    shipped = _shipped().get(text)
+def _transformers_version() -> str | None:
+    return _version("transformers")
+
+
+def _counted(text: str, table: str, library: str, noun: str, request: dict, build):
+    """A census, built by `build` from its JSON: from the shipped table, else benchc's cache
+    (keyed by the config and the library's version), else counted now by the child process."""
+    shipped = _table(table).get(text)
     if shipped is not None:
-        return _from_json(shipped)
-    version = _transformers_version()
+        return build(shipped)
+    version = _version(library)
     if version is None:
         raise CensusUnavailable(
-            "benchc counts a model that is not a preset by building it on the meta device, "
-            "which needs transformers and torch: install benchc's run extra"
+            f"benchc counts a {noun} that is not a preset by building it on the meta device, "
+            f"which needs {library} and torch: install benchc's run extra"
         )
-    name = f"census-{cache.key(text, version)}.json"
+    name = f"{table.removesuffix('.json')}-{cache.key(text, version)}.json"
     stored = cache.read_bytes(name)
     if stored is not None:
         try:
-            return _from_json(json.loads(stored))
+            return build(json.loads(stored))
         except (ValueError, TypeError, KeyError):
             pass  # a damaged entry: count again
-    answer = _probe(text)
-    cache.write_bytes(name, json.dumps(answer, sort_keys=True).encode())
-    return _from_json(answer)
-
-
-def _probe(text: str) -> dict:
-    answer = _run_probe({"config": json.loads(text)})
+    answer = _run_probe(request)
     if "error" in answer:
-        raise CensusError(f"transformers refuses the model's config: {answer['error']}")
-    return answer
+        raise CensusError(f"{library} refuses the {noun}'s config: {answer['error']}")
+    cache.write_bytes(name, json.dumps(answer, sort_keys=True).encode())
+    return build(answer)
+
+
+@lru_cache(maxsize=256)
+def _census_of(text: str) -> Census:
+    return _counted(text, TABLE, "transformers", "model", {"config": json.loads(text)}, _from_json)
 
 
 def count_afresh(configs: list[dict]) -> list[dict]:
@@ -264,48 +278,20 @@ def checkpoint_tensors(config: dict) -> dict[str, tuple]:
     return {tensor: tuple(shape) for tensor, shape in answer["tensors"].items()}
 
 
-def _diffusers_version() -> str | None:
-    try:
-        return metadata.version("diffusers")
-    except metadata.PackageNotFoundError:
-        return None
-
-
-@lru_cache(maxsize=1)
-def _shipped_flux() -> dict[str, dict]:
-    text = resources.files("benchc.catalog").joinpath(FLUX_TABLE).read_text(encoding="utf-8")
-    return json.loads(text)
+def _flux_from_json(data: dict) -> FluxCensus:
+    return FluxCensus(**{**data, "block_classes": tuple(data["block_classes"])})
 
 
 @lru_cache(maxsize=64)
 def _flux_census_of(text: str) -> FluxCensus:
-    answer = _shipped_flux().get(text)
-    if answer is None:
-        version = _diffusers_version()
-        if version is None:
-            raise CensusUnavailable(
-                "benchc counts a Flux transformer that is not a preset by building it on the meta "
-                "device, which needs diffusers and torch: install benchc's run extra"
-            )
-        name = f"flux-census-{cache.key(text, version)}.json"
-        stored = cache.read_bytes(name)
-        try:
-            answer = json.loads(stored) if stored is not None else None
-            FluxCensus(**{**answer, "block_classes": tuple(answer["block_classes"])})
-        except (ValueError, TypeError, KeyError):
-            answer = None  # none, or a damaged entry: count again
-        if answer is None:
-            answer = _run_probe({"flux": json.loads(text)})
-            if "error" in answer:
-                raise CensusError(f"diffusers refuses the Flux transformer's config: {answer['error']}")
-            cache.write_bytes(name, json.dumps(answer, sort_keys=True).encode())
-    return FluxCensus(**{**answer, "block_classes": tuple(answer["block_classes"])})
+    request = {"flux": json.loads(text)}
+    return _counted(text, FLUX_TABLE, "diffusers", "Flux transformer", request, _flux_from_json)
 
 
 def flux_checkpoint_tensors(config: dict) -> dict[str, tuple]:
     """The tensors a Flux transformer checkpoint of this config holds (name -> shape), from
     the model built on the meta device."""
-    if _diffusers_version() is None:
+    if _version("diffusers") is None:
         raise CensusUnavailable(
             "benchc compares a weights folder with the model its config builds, on the meta device, "
             "which needs diffusers and torch: install the run extra"
@@ -319,6 +305,18 @@ def flux_checkpoint_tensors(config: dict) -> dict[str, tuple]:
 def flux_census_of(config: dict) -> FluxCensus:
     """The census of a Flux transformer (FluxTransformer2DModel's keyword arguments)."""
     return _flux_census_of(canonical(config))
+
+
+def counted_or_located(count, config: dict, at, refused_hint: str):
+    """count(config), its failure a located error of the spec's model block: how to count it
+    (the run extra, or a preset), or what the library refused."""
+    try:
+        return count(config)
+    except CensusUnavailable as exc:
+        hint = "pip install 'benchc[run]' (or name a preset: their counts ship with benchc)"
+        raise BenchError(Diagnostic(f"model: {exc}", at, hint=hint)) from None
+    except CensusError as exc:
+        raise BenchError(Diagnostic(f"model: {exc}", at, hint=refused_hint)) from None
 
 
 def census_of(config: dict) -> Census:

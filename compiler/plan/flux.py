@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 
 from ..catalog.flux import HEAD_DIM_MULTIPLE, MAX_TEXT_TOKENS, transformer_config
-from ..diagnostics import BenchError, Diagnostic, Span
-from .census import CensusError, CensusUnavailable, canonical, flux_census_of
+from ..diagnostics import Diagnostic, Span
+from .census import canonical, counted_or_located, flux_census_of
 from .types import FluxModel, FluxPipeline
 from .variants import Settings
 
@@ -38,13 +38,7 @@ def build_flux(m: dict, workload: str, at: Span | None) -> FluxModel | FluxPipel
     """The typed Flux transformer (its census counted on the meta device), or the whole
     pipeline around it for inference."""
     config = transformer_config(m)
-    try:
-        census = flux_census_of(config)
-    except CensusUnavailable as exc:
-        hint = "pip install 'benchc[run]' (or name a preset: their counts ship with benchc)"
-        raise BenchError(Diagnostic(f"model: {exc}", at, hint=hint)) from None
-    except CensusError as exc:
-        raise BenchError(Diagnostic(f"model: {exc}", at, hint="check the model's settings")) from None
+    census = counted_or_located(flux_census_of, config, at, "check the model's settings")
     heads, head_dim = config["num_attention_heads"], config["attention_head_dim"]
     transformer = FluxModel(
         preset=m.get("preset"), depth=census.double_layers, single_depth=census.single_layers,
