@@ -18,7 +18,13 @@ from . import __version__
 from .commands.flags import whole_number
 from .console import ReaderMayLeave, TerminalText, emit, raw, silence
 from .diagnostics import BenchError, error, format_diagnostics
-from .runner.interrupts import Terminated, raise_terminated
+from .runner.interrupts import (
+    Terminated,
+    hold_unraisable_endings,
+    no_more_retries,
+    raise_terminated,
+    swallowed_ending,
+)
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USER = 0, 1, 2
 EXIT_COULD_NOT_ASK = 3  # the results store or Slurm could not be asked; nothing was changed
@@ -169,6 +175,9 @@ def _run(args: argparse.Namespace, color: bool) -> int:
         silence(sys.stdout)  # `benchc plan ... | head`: the reader left; not an error
         return EXIT_OK
     except Exception as exc:
+        if (stop := swallowed_ending()) is not None:  # a signal came, and library code renamed it
+            emit(sys.stderr, f"benchc: {stop}")
+            return 128 + stop.signum
         if _locked_store(exc):
             emit(sys.stderr, f"benchc: error: {exc}; nothing was written to it\n"
                  "  hint: another benchc (or sqlite3) is writing it: run the command again once it "
@@ -194,7 +203,12 @@ def entry() -> None:
 
     for ending in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):  # every command ends cleanly
         signal.signal(ending, raise_terminated)
-    code = main()
+    hold_unraisable_endings()  # an ending Python could only print is raised again
+    try:
+        code = main()
+    except Terminated as late:  # an ending deferred past the command's own handling of it
+        code = 128 + late.signum
+    no_more_retries()
     for ending in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):  # the work is done and written:
         signal.signal(ending, signal.SIG_DFL)  # a late signal ends the process, raises nothing at exit
     gc.freeze()
