@@ -536,6 +536,31 @@ def test_each_rank_reads_only_its_part_of_a_sharded_checkpoint(write, tmp_path):
     assert zero3["loss"]["all"][0] == pytest.approx(alone["loss"]["all"][0], rel=1e-5)
 
 
+@pytest.mark.integration
+def test_a_tied_head_read_from_local_weights_stays_the_embedding_when_split(write, tmp_path):
+    """Qwen2 with tied embeddings, from a folder that holds the matrix once. Built on the meta
+    device and materialised by to_empty, the head was a second matrix never read: tensor-parallel
+    tokens were garbage and FSDP2's first loss NaN. On 2 CPU ranks each equals one process's."""
+    _save(tmp_path / "w", "qwen2", tie_word_embeddings=True)
+    infer = INFER.replace("infer {", "infer { attention = sdpa;")
+    path = write("w.bench", f'experiment fam {{\n  model causal_lm {{ weights = "{tmp_path / "w"}" }}\n'
+                 f"  {infer}\n  targets = [cpu]\n}}\n")  # fmt: skip
+
+    def run(out: str, *sets: str) -> dict:
+        args = [a for s in sets for a in ("--set", s)]
+        assert run_cli("compile", str(path), "-o", str(tmp_path / out), *args).code == 0
+        alone = {} if sets else {"RANK": "0", "WORLD_SIZE": "1"}
+        return _launch(tmp_path / out / "fam/cpu/default", alone)
+
+    tokens = run("one")["generation"]["first_sequence"]
+    split = run("tp", "cluster.devices_per_node=2", "parallel.tensor=2")
+    assert split["generation"]["first_sequence"] == tokens
+    path.write_text(path.read_text().replace(infer, TRAIN))
+    first = run("one-train")["loss"]["all"][0]
+    sharded = run("fsdp", "cluster.devices_per_node=2", "parallel.sharding=fsdp")
+    assert sharded["loss"]["all"][0] == pytest.approx(first, rel=1e-5)
+
+
 def test_a_whole_load_of_the_weights_shows_its_host_memory_per_node(write, tmp_path):
     """Where a folder is loaded whole (each process's from_pretrained, fp32, before the move),
     estimate says what the node's processes hold of the host together; where each rank reads

@@ -794,13 +794,29 @@ def build_on_meta(model_plan: dict, on_meta: bool, device, dtype=None):
         return build_on_device(model_plan, device, dtype), {}
     with made_on(device, dtype), init_empty_weights(include_buffers=False):
         model = build_model({**model_plan, "weights": None})
+    tie_embeddings(model)  # before sharding, which then keeps the one parameter whole
     return model, {name: b.to(device) for name, b in model.named_buffers()}
+
+
+def tie_embeddings(model) -> None:
+    """A tied output head made the input embedding again (transformers' tie_weights). A tie is
+    one Parameter held by two modules, and building on the meta device (each assignment makes
+    a new meta Parameter) or to_empty (each module's parameter made anew) breaks it: the head
+    would be a second matrix, never read from local weights (they hold it once). Left alone
+    where a parallel layer replaced the head with one of another shape."""
+    tied = getattr(getattr(model, "config", None), "tie_word_embeddings", False)
+    if not tied or not hasattr(model, "tie_weights"):
+        return
+    head, embedding = model.get_output_embeddings(), model.get_input_embeddings()
+    if head is not None and head.weight.shape == embedding.weight.shape:
+        model.tie_weights()
 
 
 def materialise(model, buffers: dict, device, weights=None) -> None:
     """Allocate this rank's shards, put the buffers back, and initialise the parameters, or
     read each one's local part from the local weights."""
     model.to_empty(device=device)
+    tie_embeddings(model)
     with torch.no_grad():
         for name, buffer in model.named_buffers():
             buffer.copy_(buffers[name])
