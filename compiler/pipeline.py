@@ -18,7 +18,7 @@ from .plan.types import Plan
 from .plan.variants import MAX_POINTS, Override, expand, parse_override
 from .plan.weights import smoke_note
 from .records import frozen
-from .validate.fits import check_fits, smoke_advice
+from .validate.fits import check_fits, check_host_loading, smoke_advice
 from .validate.schema import validate_settings
 from .validate.semantic import check_names, check_plan
 
@@ -126,7 +126,7 @@ def plan_spec(
         problems += found
         if not found:
             plans.append(plan)
-            warnings += check_fits(plan, resolved)
+            warnings += check_fits(plan, resolved) + check_host_loading(plan, resolved)
             advice = smoke_advice(plan)
             if advice:
                 notes.append(advice)

@@ -46,3 +46,14 @@ class FrameCounter:
     def __call__(self, graph_module, example_inputs):
         self.graphs.append(len(graph_module.graph.nodes))
         return graph_module.forward
+
+
+def model_from_local_weights(module):
+    """A generated program's model as it loads its local weights in one process: built on the
+    meta device from the folder's config, then each tensor read onto the CPU (materialise)."""
+    import torch
+
+    plan = module.PLAN["model"]
+    model, buffers = module.build_on_meta(plan, True, torch.device("cpu"))
+    module.materialise(model, buffers, torch.device("cpu"), plan["weights"])
+    return model

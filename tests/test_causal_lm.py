@@ -358,6 +358,22 @@ def test_tensor_parallel_generation_by_the_models_own_plan_on_two_cpus(write, tm
     assert len(metrics["generation"]["first_sequence"]) == 20
 
 
+def as_gaudi_split(program) -> None:
+    """A CPU program's tensor parallel made the Gaudi program's: DeepSpeed inference's AutoTP
+    (deepspeed_tensor_parallel, in the core every target shares) in place of DTensor, over
+    torch.distributed's all-reduce as tests/test_run_cpu.py's Llama path."""
+    text = program.read_text()
+    dtensor = 'return tensor_parallel(model, "cpu", degree)'
+    assert text.count(dtensor) == 1
+    cpu_all_reduce = (
+        "import deepspeed.comm\n"
+        "        deepspeed.init_distributed()\n"
+        "        deepspeed.comm.comm.cdb.shm_vector_kernel_level = 0\n        "
+    )
+    split = "return deepspeed_tensor_parallel(model, degree, dtype, graphs)"
+    program.write_text(text.replace(dtensor, cpu_all_reduce + split))
+
+
 @pytest.mark.integration
 def test_gaudi_s_deepspeed_split_of_a_mixture_of_experts_runs_on_two_cpus(tmp_path):
     """The Gaudi program's path for Mixtral, run on the CPU: DeepSpeed inference's AutoTP with
@@ -366,17 +382,7 @@ def test_gaudi_s_deepspeed_split_of_a_mixture_of_experts_runs_on_two_cpus(tmp_pa
     from test_run_cpu import compile_smoke
 
     point = compile_smoke(tmp_path, "mixtral-infer.bench", "mixtral_infer")
-    program = point / "bench.py"
-    text = program.read_text()
-    dtensor = 'return tensor_parallel(model, "cpu", degree)'
-    assert text.count(dtensor) == 1
-    cpu_all_reduce = (  # as tests/test_run_cpu.py's Llama path: torch.distributed's all-reduce
-        "import deepspeed.comm\n"
-        "        deepspeed.init_distributed()\n"
-        "        deepspeed.comm.comm.cdb.shm_vector_kernel_level = 0\n        "
-    )
-    split = "return deepspeed_tensor_parallel(model, degree, dtype, graphs)"
-    program.write_text(text.replace(dtensor, cpu_all_reduce + split))
+    as_gaudi_split(point / "bench.py")
     metrics = _launch(point)
     assert metrics["status"] == "ok" and metrics["world_size"] == 2
     assert len(metrics["generation"]["first_sequence"]) == metrics["generation"]["output_tokens"]
@@ -489,14 +495,15 @@ def test_a_weights_folder_whose_tensors_are_not_its_config_s_model_is_refused_at
 
 @pytest.mark.integration
 def test_each_rank_reads_only_its_part_of_a_sharded_checkpoint(write, tmp_path):
-    """A Llama saved in several safetensors shards. On 2 CPU ranks, tensor-parallel generation,
-    FSDP2 and ZeRO-3 training each read at most 0.6 of the checkpoint's bytes per rank (counted
-    by wrapping safetensors' reader, tests/readcount/); the tensor-parallel tokens and the
-    ZeRO-3 first loss equal one process's from the same weights (each part read where it
-    belongs)."""
+    """A Llama saved in several safetensors shards. On 2 CPU ranks, tensor-parallel generation
+    (DTensor's, and Gaudi's DeepSpeed AutoTP run on the CPU), FSDP2 and ZeRO-3 training each
+    read at most 0.6 of the checkpoint's bytes per rank (counted by wrapping safetensors'
+    reader, tests/readcount/); the tensor-parallel tokens and the ZeRO-3 first loss equal one
+    process's from the same weights (each part read where it belongs)."""
     from helpers import REPO
 
-    model = _save(tmp_path / "w", "llama", num_hidden_layers=4, vocab_size=64)  # mostly layers: split
+    # mostly layers, split; widths DeepSpeed's AutoTP halves (it cuts in grains of 64)
+    model = _save(tmp_path / "w", "llama", num_hidden_layers=4, vocab_size=64, intermediate_size=128)
     model.save_pretrained(tmp_path / "w", max_shard_size="60KB")
     shards = sorted((tmp_path / "w").glob("model-*.safetensors"))
     assert len(shards) > 2
@@ -506,9 +513,11 @@ def test_each_rank_reads_only_its_part_of_a_sharded_checkpoint(write, tmp_path):
                  f"  {infer}\n  targets = [cpu]\n}}\n")  # fmt: skip
     counted = {"PYTHONPATH": str(REPO / "tests" / "readcount")}
 
-    def run(out: str, *sets: str) -> dict:
+    def run(out: str, *sets: str, gaudi_split: bool = False) -> dict:
         args = [a for s in sets for a in ("--set", s)]
         assert run_cli("compile", str(path), "-o", str(tmp_path / out), *args).code == 0
+        if gaudi_split:
+            as_gaudi_split(tmp_path / out / "fam/cpu/default/bench.py")
         prefix = tmp_path / f"{out}-read"
         env = {**counted, "BENCHC_TEST_READCOUNT": str(prefix)}
         if not sets:  # one process: no launcher names its rank for the counter
@@ -522,6 +531,9 @@ def test_each_rank_reads_only_its_part_of_a_sharded_checkpoint(write, tmp_path):
     split, reads = run("tp", "cluster.devices_per_node=2", "parallel.tensor=2")
     assert len(reads) == 2 and all(r["bytes"] <= 0.6 * total for r in reads), (reads, total)
     assert split["generation"]["first_sequence"] == whole["generation"]["first_sequence"]
+    gaudi, reads = run("gaudi", "cluster.devices_per_node=2", "parallel.tensor=2", gaudi_split=True)
+    assert len(reads) == 2 and all(r["bytes"] <= 0.6 * total for r in reads), (reads, total)
+    assert gaudi["generation"]["first_sequence"] == whole["generation"]["first_sequence"]
     path.write_text(path.read_text().replace(infer, TRAIN))
     trained, reads = run("fsdp", "cluster.devices_per_node=2", "parallel.sharding=fsdp")
     assert trained["status"] == "ok" and trained["runtime_detail"]["wrapper"].startswith("FSDP")
@@ -537,34 +549,164 @@ def test_each_rank_reads_only_its_part_of_a_sharded_checkpoint(write, tmp_path):
 
 
 @pytest.mark.integration
+def test_a_rank_that_holds_the_whole_model_reads_it_tensor_by_tensor_onto_its_device(write, tmp_path):
+    """One process's generation, DDP's and ZeRO-2's training (each rank holds the whole model
+    on its device) read a sharded bf16 checkpoint one tensor at a time, each once, straight into the
+    model built on the meta device: no whole fp32 copy on the host first. The tokens equal
+    transformers' greedy generate from from_pretrained of the folder; DDP's and ZeRO-2's first
+    losses on 2 ranks equal one process's."""
+    from transformers import AutoModelForCausalLM
+
+    from helpers import REPO
+
+    model = _save(tmp_path / "w", "llama", num_hidden_layers=3)
+    model.to(torch.bfloat16).save_pretrained(tmp_path / "w", max_shard_size="60KB")
+    largest = max(p.numel() * 2 for p in model.parameters())
+    infer = INFER.replace("infer {", "infer { attention = sdpa;")
+    path = write("w.bench", f'experiment fam {{\n  model causal_lm {{ weights = "{tmp_path / "w"}" }}\n'
+                 f"  {infer}\n  targets = [cpu]\n}}\n")  # fmt: skip
+
+    def run(out: str, *sets: str) -> tuple[dict, list]:
+        args = [a for s in sets for a in ("--set", s)]
+        assert run_cli("compile", str(path), "-o", str(tmp_path / out), *args).code == 0
+        program = (tmp_path / out / "fam/cpu/default/bench.py").read_text()
+        assert "AutoModelForCausalLM.from_pretrained" not in program
+        env = {"PYTHONPATH": str(REPO / "tests" / "readcount"), "BENCHC_TEST_READCOUNT": str(tmp_path / out)}
+        if not sets:
+            env.update(RANK="0", WORLD_SIZE="1")
+        metrics = _launch(tmp_path / out / "fam/cpu/default", env)
+        return metrics, [json.loads(p.read_text()) for p in sorted(tmp_path.glob(f"{out}.*.json"))]
+
+    generated, reads = run("gen")
+    tensors = len(model.state_dict())
+    assert reads == [{"bytes": sum(p.numel() * 2 for p in model.parameters()), "tensors": tensors,
+                      "largest": largest}]  # fmt: skip
+    reference = AutoModelForCausalLM.from_pretrained(tmp_path / "w", torch_dtype=torch.float32).eval()
+    prompt = torch.randint(0, 256, (2, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        expected = reference.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt),
+                                      do_sample=False, pad_token_id=0, max_new_tokens=20,
+                                      min_new_tokens=20)  # fmt: skip
+    assert generated["generation"]["first_sequence"] == expected[0, 12:].tolist()
+    path.write_text(path.read_text().replace(infer, TRAIN))
+    alone, _ = run("one")
+    data, reads = run("ddp", "cluster.devices_per_node=2")
+    assert data["runtime_detail"]["wrapper"] == "DistributedDataParallel"
+    assert [r["tensors"] for r in reads] == [tensors, tensors] and max(r["largest"] for r in reads) == largest
+    assert data["loss"]["all"][0] == pytest.approx(alone["loss"]["all"][0], rel=1e-5)
+    zero2, reads = run("zero2", "cluster.devices_per_node=2", "parallel.sharding=zero2")
+    assert [r["tensors"] for r in reads] == [tensors, tensors] and max(r["largest"] for r in reads) == largest
+    assert zero2["loss"]["all"][0] == pytest.approx(alone["loss"]["all"][0], rel=1e-5)
+
+
+@pytest.mark.integration
+def test_the_accelerate_runtime_reads_local_weights_as_the_torch_runtime_does(write, tmp_path):
+    """Under runtime = accelerate, ZeRO-3 ranks read only their partitions and DDP and ZeRO-2
+    ranks each tensor once onto the device (a sharded checkpoint, 2 CPU ranks, reads counted);
+    FSDP2 is accelerate's own loading (rank 0 loads, then sends the shards). Every first loss
+    equals the torch runtime's one process's from the same weights."""
+    from helpers import REPO
+
+    model = _save(tmp_path / "w", "llama", num_hidden_layers=4, vocab_size=64)
+    model.save_pretrained(tmp_path / "w", max_shard_size="60KB")
+    total, tensors = sum(p.numel() * 4 for p in model.parameters()), len(model.state_dict())
+    path = write("w.bench", f'experiment fam {{\n  model causal_lm {{ weights = "{tmp_path / "w"}" }}\n'
+                 f"  {TRAIN}\n  targets = [cpu]\n}}\n")  # fmt: skip
+
+    def first_loss(out: str, *sets: str) -> tuple[float, list]:
+        args = [a for s in sets for a in ("--set", s)]
+        assert run_cli("compile", str(path), "-o", str(tmp_path / out), *args).code == 0
+        env = {"PYTHONPATH": str(REPO / "tests" / "readcount"), "BENCHC_TEST_READCOUNT": str(tmp_path / out)}
+        if not sets:
+            env.update(RANK="0", WORLD_SIZE="1")
+        (point,) = (tmp_path / out / "fam/cpu").iterdir()
+        metrics = _launch(point, env)
+        reads = [json.loads(p.read_text()) for p in sorted(tmp_path.glob(f"{out}.*.json"))]
+        return metrics["loss"]["all"][0], reads
+
+    alone, _ = first_loss("alone")
+    for sharding in ("zero3", "none", "zero2", "fsdp"):
+        loss, reads = first_loss(sharding, "runtime=accelerate", "cluster.devices_per_node=2",
+                                 f"parallel.sharding={sharding}")  # fmt: skip
+        assert loss == pytest.approx(alone, rel=1e-5), sharding
+        if sharding == "zero3":
+            assert len(reads) == 2 and all(r["bytes"] <= 0.6 * total for r in reads), (reads, total)
+        elif sharding != "fsdp":
+            assert [r["tensors"] for r in reads] == [tensors, tensors], reads
+
+
+@pytest.mark.integration
+def test_every_way_of_reading_local_weights_is_formatted_and_lint_clean(write, tmp_path):
+    """Generation (one device, tensor parallel 2) and training (DDP, FSDP2, ZeRO-2, ZeRO-3, and
+    each under the accelerate runtime) from a weights folder, on cpu, h100 and gaudi2: the
+    programs are formatted and lint clean, and each reads the folder the way plan/loading.py
+    says."""
+    import subprocess
+    import sys
+
+    from benchc.plan.loading import weights_by_rank
+
+    _save(tmp_path / "w", "qwen2", tie_word_embeddings=True)
+    model = f'model causal_lm {{ weights = "{tmp_path / "w"}" }}'
+    infer = INFER.replace("fp32", "bf16; attention = fused")
+    train = TRAIN.replace("fp32", "bf16; attention = fused")
+    cases = [(infer, ["cluster.devices_per_node=1"]), (infer, ["parallel.tensor=2"])]
+    for sharding in ("none", "fsdp", "zero2", "zero3"):
+        cases += [(train, [f"parallel.sharding={sharding}"]),
+                  (train, [f"parallel.sharding={sharding}", "runtime=accelerate"])]  # fmt: skip
+    programs, modes = [], set()
+    for index, (work, sets) in enumerate(cases):
+        path = write(f"w{index}.bench", f"experiment w {{\n  {model}\n  {work}\n"
+                     "  cluster { devices_per_node = 2 }\n  targets = [cpu, h100, gaudi2]\n}\n")  # fmt: skip
+        for plan in plan_spec(path, [], sets).plans:
+            modes.add(weights_by_rank(plan))
+            program = tmp_path / f"{index}-{plan.target.name}.py"
+            program.write_text(render_point(plan)["bench.py"])
+            programs.append(str(program))
+    assert modes == {"tensors", "shards", "partitions", None}
+    ruff = [sys.executable, "-m", "ruff"]
+    fmt = subprocess.run([*ruff, "format", "--isolated", "--check", *programs], capture_output=True,
+                         text=True)  # fmt: skip
+    assert fmt.returncode == 0, fmt.stdout + fmt.stderr
+    lint = subprocess.run([*ruff, "check", "--isolated", "--select", "E,F,W,I,B", "--ignore", "E501",
+                           *programs], capture_output=True, text=True)  # fmt: skip
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+
+
+@pytest.mark.integration
 def test_a_tied_head_read_from_local_weights_stays_the_embedding_when_split(write, tmp_path):
     """Qwen2 with tied embeddings, from a folder that holds the matrix once. Built on the meta
     device and materialised by to_empty, the head was a second matrix never read: tensor-parallel
-    tokens were garbage and FSDP2's first loss NaN. On 2 CPU ranks each equals one process's."""
+    tokens were garbage and FSDP2's first loss NaN. On 2 CPU ranks each equals one process's,
+    and Gaudi's DeepSpeed split (run on the CPU) makes the same tokens."""
     _save(tmp_path / "w", "qwen2", tie_word_embeddings=True)
     infer = INFER.replace("infer {", "infer { attention = sdpa;")
     path = write("w.bench", f'experiment fam {{\n  model causal_lm {{ weights = "{tmp_path / "w"}" }}\n'
                  f"  {infer}\n  targets = [cpu]\n}}\n")  # fmt: skip
 
-    def run(out: str, *sets: str) -> dict:
+    def run(out: str, *sets: str, gaudi_split: bool = False) -> dict:
         args = [a for s in sets for a in ("--set", s)]
         assert run_cli("compile", str(path), "-o", str(tmp_path / out), *args).code == 0
+        if gaudi_split:
+            as_gaudi_split(tmp_path / out / "fam/cpu/default/bench.py")
         alone = {} if sets else {"RANK": "0", "WORLD_SIZE": "1"}
         return _launch(tmp_path / out / "fam/cpu/default", alone)
 
     tokens = run("one")["generation"]["first_sequence"]
-    split = run("tp", "cluster.devices_per_node=2", "parallel.tensor=2")
-    assert split["generation"]["first_sequence"] == tokens
+    for name, gaudi_split in (("tp", False), ("gaudi", True)):
+        split = run(name, "cluster.devices_per_node=2", "parallel.tensor=2", gaudi_split=gaudi_split)
+        assert split["generation"]["first_sequence"] == tokens, name
     path.write_text(path.read_text().replace(infer, TRAIN))
     first = run("one-train")["loss"]["all"][0]
     sharded = run("fsdp", "cluster.devices_per_node=2", "parallel.sharding=fsdp")
     assert sharded["loss"]["all"][0] == pytest.approx(first, rel=1e-5)
 
 
-def test_a_whole_load_of_the_weights_shows_its_host_memory_per_node(write, tmp_path):
-    """Where a folder is loaded whole (each process's from_pretrained, fp32, before the move),
-    estimate says what the node's processes hold of the host together; where each rank reads
-    only its part, nothing."""
+def test_only_accelerate_s_fsdp2_loads_the_folder_whole_and_estimate_shows_its_host_memory(write, tmp_path):
+    """Every layout reads a weights folder rank by rank (its shards, partitions or slices) or
+    tensor by tensor onto its device, except the accelerate runtime's FSDP2: its rank 0 loads
+    the folder whole (fp32) and accelerate sends the shards, which estimate shows and check
+    warns of; elsewhere there is no loading line."""
     from benchc.plan.loading import host_loading, weights_by_rank
 
     model = _save(tmp_path / "w", "qwen2", tie_word_embeddings=True)
@@ -573,14 +715,24 @@ def test_a_whole_load_of_the_weights_shows_its_host_memory_per_node(write, tmp_p
                  "  infer { batch = 2 }\n  cluster { devices_per_node = 2 }\n  parallel { tensor = 2 }\n"
                  "  targets = [gaudi2, h100]\n}\n")  # fmt: skip
     gaudi, cuda = plan_spec(path, ["gaudi2", "h100"]).plans
-    assert weights_by_rank(cuda) == "shards" and host_loading(cuda) is None
-    loading = host_loading(gaudi)  # DeepSpeed's split slices what it is given: loaded whole
-    assert weights_by_rank(gaudi) is None and loading.bytes_per_node == 2 * 4 * params
-    result = run_cli("estimate", str(path), "--json")
-    records = {r["target"]: r for r in json.loads(result.out)["estimates"]}
-    assert records["gaudi2"]["loading"]["bytes_per_node"] == 2 * 4 * params
-    assert records["h100"]["loading"] is None
-    assert (
-        "of host memory per node: each of the node's 2 processes loads the folder whole"
-        in run_cli("estimate", str(path), "-t", "gaudi2").out
-    )
+    assert weights_by_rank(cuda) == weights_by_rank(gaudi) == "shards"
+    assert host_loading(cuda) is host_loading(gaudi) is None
+    text = path.read_text().replace("infer { batch = 2 }", TRAIN.replace("fp32", "bf16"))
+    path.write_text(text.replace("  parallel { tensor = 2 }\n", ""))
+    layouts = {"none": "tensors", "zero2": "tensors", "zero3": "partitions", "fsdp": "shards"}
+    for sharding, reading in layouts.items():
+        (plan,) = plan_spec(path, ["h100"], [f"parallel.sharding={sharding}"]).plans
+        assert weights_by_rank(plan) == reading and host_loading(plan) is None, sharding
+        (plan,) = plan_spec(path, ["h100"], [f"parallel.sharding={sharding}", "runtime=accelerate"]).plans
+        assert weights_by_rank(plan) == (None if sharding == "fsdp" else reading), sharding
+    assert host_loading(plan).bytes_per_node == 4 * params
+    sets = ["-t", "h100", "--set", "runtime=accelerate", "--set", "parallel.sharding=fsdp"]
+    (record,) = json.loads(run_cli("estimate", str(path), "--json", *sets).out)["estimates"]
+    assert record["loading"]["bytes_per_node"] == 4 * params
+    assert "of host memory: rank 0 loads the folder whole" in run_cli("estimate", str(path), *sets).out
+    warned = run_cli("check", str(path), *sets)  # located at the folder, with the layout that avoids it
+    assert warned.code == 0 and f"{path}:2:31: warning: h100 / " in warned.err
+    assert "of host memory on rank 0 while loading" in warned.err and "runtime = torch reads" in warned.err
+    assert "warning" not in run_cli("check", str(path), "-t", "h100").err
+    (record,) = json.loads(run_cli("estimate", str(path), "--json", "-t", "h100").out)["estimates"]
+    assert record["loading"] is None

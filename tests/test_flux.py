@@ -387,7 +387,8 @@ def test_the_per_token_activations_are_what_the_blocks_save(autocast):
 
 def test_programs_with_a_weights_folder_load_local_files_only_and_are_lint_clean(write, tmp_path):
     """Flux's programs with a transformer folder (training) on every target, full and smoke:
-    every from_pretrained and load_config passes local_files_only=True; formatted, lint clean."""
+    every from_pretrained and load_config passes local_files_only=True, the tensors are read
+    from the folder's safetensors files by the program itself; formatted, lint clean."""
     import ast
     import subprocess
     import sys
@@ -408,7 +409,9 @@ def test_programs_with_a_weights_folder_load_local_files_only_and_are_lint_clean
         loads = ("from_pretrained", "load_config")
         calls = [n for n in ast.walk(ast.parse(program.read_text())) if isinstance(n, ast.Call)
                  and isinstance(n.func, ast.Attribute) and n.func.attr in loads]  # fmt: skip
-        assert len(calls) >= 2 and all(any(k.arg == "local_files_only" for k in c.keywords) for c in calls)
+        assert calls and all(any(k.arg == "local_files_only" for k in c.keywords) for c in calls)
+        full = "-False" in program.name  # a smoke run checks the folder, runs random weights
+        assert ("weights = WeightFiles(folder)" in program.read_text()) == full  # read by benchc
     ruff = [sys.executable, "-m", "ruff"]
     names = [str(p) for p in programs]
     assert (
@@ -431,7 +434,7 @@ def test_fsdp2_and_zero3_ranks_each_read_only_their_part_of_a_sharded_transforme
 
     from checkpoint_helpers import FLUX, MARKER
     from diffusers import FluxTransformer2DModel
-    from program_helpers import load_program
+    from program_helpers import load_program, model_from_local_weights
     from test_run_cpu import launch_nodes
 
     from helpers import REPO
@@ -459,10 +462,10 @@ def test_fsdp2_and_zero3_ranks_each_read_only_their_part_of_a_sharded_transforme
         reads = [json.loads(p.read_text()) for p in sorted(tmp_path.glob(f"{out}-read.*.json"))]
         return json.loads((point / "metrics.json").read_text()), reads
 
-    alone, _ = run("one")  # a full run: from_pretrained, whole (diffusers reads through load_file)
+    alone, _ = run("one")  # a full run: each tensor read onto the device
     assert alone["weights"]["loaded"] is True
     module = load_program(tmp_path / "one/fx/cpu/default/bench.py")
-    assert module.build_model(module.PLAN["model"]).proj_out.bias[0].item() == MARKER
+    assert model_from_local_weights(module).proj_out.bias[0].item() == MARKER
     fsdp, reads = run("fsdp", "cluster.devices_per_node=2", "parallel.sharding=fsdp")
     assert fsdp["status"] == "ok" and fsdp["runtime_detail"]["wrapper"].startswith("FSDP")
     assert len(reads) == 2 and all(0 < r["bytes"] <= 0.6 * total for r in reads), (reads, total)

@@ -284,7 +284,7 @@ def import_lines(
 ) -> list[str]:
     """The third-party imports of a program, sorted and laid out as ruff (isort) wants them."""
     plain = {"import torch", "import torch.distributed as dist"}
-    if deepspeed:
+    if deepspeed and not (runtime == "accelerate" and weights == "tensors"):  # its plugin's, then
         plain.add("import deepspeed")
     names: dict[str, set[str]] = {}
 

@@ -89,8 +89,8 @@ def _flops_lines(plan) -> list[str]:
 
 
 def _loading_record(plan) -> dict | None:
-    """The host memory a whole load of the weights folder takes per node (None: no folder, or
-    each rank reads only its part)."""
+    """The host memory a whole load of the weights folder takes (None: no folder, or each rank
+    reads only its part or its tensors one at a time)."""
     from ..plan.loading import host_loading
 
     loading = host_loading(plan)
@@ -332,7 +332,7 @@ def _text(record: dict, plan, measured=None) -> str:
                      f"model built ({build_formula(plan)}) before it is sharded or split{peak}")  # fmt: skip
     if record["loading"]:
         load = record["loading"]
-        lines.append(f"  loading     {_gb(load['bytes_per_node'])} of host memory per node: {load['how']}")
+        lines.append(f"  loading     {_gb(load['bytes_per_node'])} of host memory: {load['how']}")
     r = record["roofline"]
     training = plan.workload.kind == "train"  # a step: forward+backward, then the optimizer, in turn
     if training:

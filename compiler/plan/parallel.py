@@ -54,7 +54,7 @@ class ParallelDims:
             pipeline=p.pipeline,
             sharding=p.sharding,
             training=plan.workload.kind == "train",
-            meta_init=builds_on_meta(plan.model, plan.workload, plan.target.family),
+            meta_init=builds_on_meta(plan.model, plan.workload),
         )
 
     @property
@@ -105,22 +105,22 @@ class ParallelDims:
         return self.sharding in ("fsdp", "zero3")
 
 
-def builds_on_meta(model, work, family: str = "cpu") -> bool:
+def builds_on_meta(model, work) -> bool:
     """Does the program build this causal LM on the meta device and allocate only each rank's
     shards? Training with FSDP2 always does (random weights need no loading; local weights
     are read shard by shard). Tensor-parallel inference does for models of 2B parameters and
-    more, and for any with local weights: DTensor on CPU and CUDA (each rank reading its slice
-    of the weights), DeepSpeed's AutoTP on Gaudi (it materialises a meta model's shards on the
-    card; the program then fills them with random weights: local weights there are loaded
-    whole, as DeepSpeed slices them). A Flux transformer's training does too (12B parameters: a
-    whole fp32 build is 48 GB on every rank), its local weights read shard by shard. (The MMDiT
-    and the pipelines are always built whole.)"""
+    more: DTensor on CPU and CUDA, DeepSpeed's AutoTP on Gaudi (it materialises a meta model's
+    shards on the card; the program then fills them). Any model with local weights is built
+    there and each rank reads its part of them, or each tensor onto its device where it holds
+    the whole model (plan/loading.py). A Flux transformer's training does too (12B parameters:
+    a whole fp32 build is 48 GB on every rank). (The MMDiT and the pipelines are always built
+    whole.)"""
     if model.kind == "flux":
         return work.kind == "train"
     if model.kind != "causal_lm":
         return False
     if model.weights is not None:
-        return work.kind != "infer" or family != "hpu"
+        return True
     if work.kind != "infer":
         return True
     return model.census.params >= META_INIT_PARAMS

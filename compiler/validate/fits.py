@@ -8,8 +8,9 @@ The warning sits at the setting that causes the overflow: the batch when what gr
 
 The cpu target states no memory: there the capacity is this host's (plan/memory.py's
 host_memory), which the node's processes share, so what must fit is the per-process total x
-processes per node. smoke_advice is the note for a full-size cpu plan: --smoke is what most
-users want there.
+processes per node. check_host_loading warns of the one layout whose rank 0 loads a weights
+folder whole on its host (the accelerate runtime's FSDP2). smoke_advice is the note for a
+full-size cpu plan: --smoke is what most users want there.
 """
 
 from __future__ import annotations
@@ -169,6 +170,21 @@ def check_fits(plan: Plan, resolved: Resolved) -> list[Diagnostic]:
             severity="warning",
         )
     ]
+
+
+def check_host_loading(plan: Plan, resolved: Resolved) -> list[Diagnostic]:
+    """A located warning where rank 0 loads the weights folder whole on its host (plan/
+    loading.py's host_loading): every other layout reads each rank's part or each tensor."""
+    from ..plan.loading import host_loading
+
+    loading = host_loading(plan)
+    if loading is None:
+        return []
+    at = resolved.settings.span(("model", resolved.model_kind, "weights"))
+    message = (f"{plan.target.name} / {plan.point}: {_gb(loading.bytes_per_node)} of host memory on "
+               f"rank 0 while loading: {loading.how}")  # fmt: skip
+    return [Diagnostic(message, at, hint="runtime = torch reads only each rank's shards under FSDP2",
+                       severity="warning")]  # fmt: skip
 
 
 def smoke_advice(plan: Plan) -> str | None:

@@ -4,7 +4,8 @@ safetensors files, counted by wrapping safetensors' reader.
 tests/test_causal_lm.py puts this folder on PYTHONPATH with BENCHC_TEST_READCOUNT=<prefix> set;
 Python imports it at start-up in every process. It replaces `safetensors.safe_open` (before the
 program imports it) with a wrapper whose tensors and slices count the bytes they return, and
-each rank (RANK set) writes <prefix>.<rank>.json at exit: {"bytes": N, "tensors": K}.
+each rank (RANK set) writes <prefix>.<rank>.json at exit: {"bytes": N, "tensors": K, "largest": L}
+(L: the bytes of the largest single read).
 """
 
 import atexit
@@ -17,11 +18,13 @@ if _PREFIX:
     import safetensors
 
     _real_open = safetensors.safe_open
-    _counts = {"bytes": 0, "tensors": 0}
+    _counts = {"bytes": 0, "tensors": 0, "largest": 0}
 
     def _count(tensor):
-        _counts["bytes"] += tensor.numel() * tensor.element_size()
+        size = tensor.numel() * tensor.element_size()
+        _counts["bytes"] += size
         _counts["tensors"] += 1
+        _counts["largest"] = max(_counts["largest"], size)
         return tensor
 
     class _Slice:

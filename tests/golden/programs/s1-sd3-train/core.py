@@ -803,12 +803,12 @@ def tie_embeddings(model) -> None:
     one Parameter held by two modules, and building on the meta device (each assignment makes
     a new meta Parameter) or to_empty (each module's parameter made anew) breaks it: the head
     would be a second matrix, never read from local weights (they hold it once). Left alone
-    where a parallel layer replaced the head with one of another shape."""
+    where a split layer replaced the head (DeepSpeed's AutoTP: each rank holds some of its
+    columns), on every rank alike."""
     tied = getattr(getattr(model, "config", None), "tie_word_embeddings", False)
     if not tied or not hasattr(model, "tie_weights"):
         return
-    head, embedding = model.get_output_embeddings(), model.get_input_embeddings()
-    if head is not None and head.weight.shape == embedding.weight.shape:
+    if type(model.get_output_embeddings()) is torch.nn.Linear:
         model.tie_weights()
 
 
