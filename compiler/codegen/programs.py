@@ -23,6 +23,7 @@ from ..catalog.sd3_components import FULL as FULL_PARTS
 from ..catalog.sd3_components import SMOKE as SMOKE_PARTS
 from ..plan.flux import config_of
 from ..plan.loading import weights_by_rank
+from ..plan.memory import estimate_memory
 from ..plan.roofline import roofline
 from ..plan.types import CausalLM, FluxModel, FluxPipeline, MMDiTModel, Plan, SD3Pipeline, TrainWorkload
 from .environment import environment
@@ -227,7 +228,18 @@ def _common_settings(plan: Plan, model_settings: dict, items_per_sample: int) ->
         # the weights folder checked before the run (loaded unless --smoke), or None
         "checkpoint": None if plan.checkpoint is None else {"path": plan.checkpoint, "load": not plan.smoke},
         "peak_flops_per_device": plan.target.peak_flops(plan.workload.precision),
+        # what `benchc estimate` says a device holds at the peak, recorded beside an
+        # out-of-memory ending (the target's memory; None on the cpu, whose host varies)
+        "memory_estimate": _memory_estimate(plan),
     }
+
+
+def _memory_estimate(plan: Plan) -> dict | None:
+    if plan.cost is None:
+        return None
+    gb = plan.target.memory_gb
+    return {"bytes_per_device": round(estimate_memory(plan).total),
+            "device_bytes": round(gb * 1e9) if gb else None}  # fmt: skip
 
 
 def _train_settings(plan: Plan) -> dict:

@@ -237,8 +237,8 @@ def failure_cause(metrics: dict | None, rank_files: list[Path], returncode: int 
     for err in real or errors:
         kind, message, rank = err.get("type", "error"), err.get("message", ""), err.get("rank", "?")
         text = f"{kind}: {message}".lower()
-        if "out of memory" in text or kind == "OutOfMemoryError":
-            return f"out of memory on rank {rank}: {message}"
+        if err.get("cause") == "oom" or "out of memory" in text or kind == "OutOfMemoryError":
+            return f"oom: out of memory on rank {rank}{_estimated(err.get('memory_estimate'))}: {message}"
         if kind == "FloatingPointError":
             return f"non-finite loss on rank {rank}: {message}"
         if kind == "NumericsMismatch":
@@ -246,7 +246,7 @@ def failure_cause(metrics: dict | None, rank_files: list[Path], returncode: int 
         return f"rank {rank} raised {kind}: {message}"
     if "out of memory" in log_tail.lower():
         code = f" (exit code {returncode})" if returncode is not None else ""
-        return f"out of memory{code}; see the log"
+        return f"oom: out of memory{code}; see the log"
     if returncode in (-9, 137):
         return "killed by SIGKILL (out of host memory?) before writing metrics"
     raised = _last_exception(log_tail)
@@ -259,6 +259,16 @@ def failure_cause(metrics: dict | None, rank_files: list[Path], returncode: int 
     if metrics:
         return f"exited with code {returncode} after writing its metrics; see the log"
     return f"exited with code {returncode} without writing metrics; see the log"
+
+
+def _estimated(estimate) -> str:
+    """ " (estimated X GB per device, of Y GB)": what benchc estimate said, beside an
+    out-of-memory ending; empty where the program recorded none."""
+    if not isinstance(estimate, dict) or not isinstance(estimate.get("bytes_per_device"), (int, float)):
+        return ""
+    of = estimate.get("device_bytes")
+    device = f", of {of / 1e9:.1f} GB" if isinstance(of, (int, float)) and of else ""
+    return f" (estimated {estimate['bytes_per_device'] / 1e9:.2f} GB per device{device})"
 
 
 def _last_exception(log_tail: str) -> str | None:

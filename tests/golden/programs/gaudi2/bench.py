@@ -114,6 +114,10 @@ PLAN = {
     "params": 2028328000,
     "checkpoint": None,
     "peak_flops_per_device": 432000000000000.0,
+    "memory_estimate": {
+        "bytes_per_device": 49012206592,
+        "device_bytes": 96000000000,
+    },
     "train": {
         "precision": "bf16",
         "attention": "fused",
@@ -651,6 +655,41 @@ def watchdog() -> None:
     print(f"bench.py: {message}", file=sys.stderr, flush=True)
     faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
     end_process(code, "ended by its watchdog")
+
+
+OUT_OF_MEMORY = ("out of memory", "can't allocate memory", "allocation failed")
+
+
+def out_of_memory(failure: BaseException) -> bool:
+    """Did an allocation that did not fit end the run? torch's OutOfMemoryError (CUDA's, and
+    its accelerators'), the host allocator's (MemoryError; "DefaultCPUAllocator: can't
+    allocate memory"), a device runtime's message (Gaudi's "Allocation failed"), here or in
+    any exception that led to it (a compiler or a collective may wrap it)."""
+    seen = set()
+    while failure is not None and id(failure) not in seen:
+        seen.add(id(failure))
+        named = type(failure).__name__ == "OutOfMemoryError"  # torch's, on any device
+        if named or isinstance(failure, MemoryError):
+            return True
+        if any(words in str(failure).lower() for words in OUT_OF_MEMORY):
+            return True
+        failure = failure.__cause__ or failure.__context__
+    return False
+
+
+def error_record(failure: BaseException, rank: int) -> dict:
+    """What ended the run, for the metrics: its type, message, rank and traceback; an
+    allocation that did not fit has cause "oom", with the memory benchc estimated beside."""
+    record = {
+        "type": type(failure).__name__,
+        "message": str(failure),
+        "rank": rank,
+        "traceback": "".join(traceback.format_exception(failure))[-4000:],
+        "cause": None,
+    }
+    if out_of_memory(failure):
+        record.update(cause="oom", memory_estimate=PLAN["memory_estimate"])
+    return record
 
 
 def write_json(path: str, payload: dict) -> None:
@@ -1529,12 +1568,7 @@ def main(argv=None) -> int:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         return 128 + ENDING["signum"]
     if failure is not None:
-        metrics["error"] = {
-            "type": type(failure).__name__,
-            "message": str(failure),
-            "rank": rank,
-            "traceback": "".join(traceback.format_exception(failure))[-4000:],
-        }
+        metrics["error"] = error_record(failure, rank)
         if isinstance(failure, KeyboardInterrupt):
             metrics["status"] = "interrupted"
         write_json(path, metrics)

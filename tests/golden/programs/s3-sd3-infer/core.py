@@ -354,6 +354,41 @@ def watchdog() -> None:
     end_process(code, "ended by its watchdog")
 
 
+OUT_OF_MEMORY = ("out of memory", "can't allocate memory", "allocation failed")
+
+
+def out_of_memory(failure: BaseException) -> bool:
+    """Did an allocation that did not fit end the run? torch's OutOfMemoryError (CUDA's, and
+    its accelerators'), the host allocator's (MemoryError; "DefaultCPUAllocator: can't
+    allocate memory"), a device runtime's message (Gaudi's "Allocation failed"), here or in
+    any exception that led to it (a compiler or a collective may wrap it)."""
+    seen = set()
+    while failure is not None and id(failure) not in seen:
+        seen.add(id(failure))
+        named = type(failure).__name__ == "OutOfMemoryError"  # torch's, on any device
+        if named or isinstance(failure, MemoryError):
+            return True
+        if any(words in str(failure).lower() for words in OUT_OF_MEMORY):
+            return True
+        failure = failure.__cause__ or failure.__context__
+    return False
+
+
+def error_record(failure: BaseException, rank: int) -> dict:
+    """What ended the run, for the metrics: its type, message, rank and traceback; an
+    allocation that did not fit has cause "oom", with the memory benchc estimated beside."""
+    record = {
+        "type": type(failure).__name__,
+        "message": str(failure),
+        "rank": rank,
+        "traceback": "".join(traceback.format_exception(failure))[-4000:],
+        "cause": None,
+    }
+    if out_of_memory(failure):
+        record.update(cause="oom", memory_estimate=PLAN["memory_estimate"])
+    return record
+
+
 def write_json(path: str, payload: dict) -> None:
     """Write atomically: a reader sees the old file or the whole new one, never half."""
     folder = os.path.dirname(os.path.abspath(path))

@@ -98,6 +98,10 @@ PLAN = {
     "params": 2028328000,
     "checkpoint": None,
     "peak_flops_per_device": 989000000000000.0,
+    "memory_estimate": {
+        "bytes_per_device": 49031486720,
+        "device_bytes": 80000000000,
+    },
     "train": {
         "precision": "bf16",
         "attention": "fused",
@@ -470,12 +474,7 @@ def main(argv=None) -> int:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         return 128 + ENDING["signum"]
     if failure is not None:
-        metrics["error"] = {
-            "type": type(failure).__name__,
-            "message": str(failure),
-            "rank": rank,
-            "traceback": "".join(traceback.format_exception(failure))[-4000:],
-        }
+        metrics["error"] = error_record(failure, rank)
         if isinstance(failure, KeyboardInterrupt):
             metrics["status"] = "interrupted"
         write_json(path, metrics)

@@ -96,6 +96,10 @@ PLAN = {
     "params": 557696,
     "checkpoint": None,
     "peak_flops_per_device": None,
+    "memory_estimate": {
+        "bytes_per_device": 7609344,
+        "device_bytes": None,
+    },
     "train": {
         "precision": "bf16",
         "attention": "fused",
@@ -515,12 +519,7 @@ def main(argv=None) -> int:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         return 128 + ENDING["signum"]
     if failure is not None:
-        metrics["error"] = {
-            "type": type(failure).__name__,
-            "message": str(failure),
-            "rank": rank,
-            "traceback": "".join(traceback.format_exception(failure))[-4000:],
-        }
+        metrics["error"] = error_record(failure, rank)
         if isinstance(failure, KeyboardInterrupt):
             metrics["status"] = "interrupted"
         write_json(path, metrics)

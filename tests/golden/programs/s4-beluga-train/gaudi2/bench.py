@@ -112,6 +112,10 @@ PLAN = {
     "params": 68976648192,
     "checkpoint": None,
     "peak_flops_per_device": 432000000000000.0,
+    "memory_estimate": {
+        "bytes_per_device": 17555737344,
+        "device_bytes": 96000000000,
+    },
     "train": {
         "precision": "bf16",
         "attention": "fused",
@@ -491,12 +495,7 @@ def main(argv=None) -> int:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         return 128 + ENDING["signum"]
     if failure is not None:
-        metrics["error"] = {
-            "type": type(failure).__name__,
-            "message": str(failure),
-            "rank": rank,
-            "traceback": "".join(traceback.format_exception(failure))[-4000:],
-        }
+        metrics["error"] = error_record(failure, rank)
         if isinstance(failure, KeyboardInterrupt):
             metrics["status"] = "interrupted"
         write_json(path, metrics)

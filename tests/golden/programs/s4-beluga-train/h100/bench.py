@@ -93,6 +93,10 @@ PLAN = {
     "params": 68976648192,
     "checkpoint": None,
     "peak_flops_per_device": 989000000000000.0,
+    "memory_estimate": {
+        "bytes_per_device": 21806760448,
+        "device_bytes": 80000000000,
+    },
     "train": {
         "precision": "fp16",
         "attention": "fused",
@@ -470,12 +474,7 @@ def main(argv=None) -> int:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         return 128 + ENDING["signum"]
     if failure is not None:
-        metrics["error"] = {
-            "type": type(failure).__name__,
-            "message": str(failure),
-            "rank": rank,
-            "traceback": "".join(traceback.format_exception(failure))[-4000:],
-        }
+        metrics["error"] = error_record(failure, rank)
         if isinstance(failure, KeyboardInterrupt):
             metrics["status"] = "interrupted"
         write_json(path, metrics)
