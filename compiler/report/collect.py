@@ -28,6 +28,7 @@ from ..results.manifests import HOW_TO_GIVE_ONE
 from ..results.metrics import validation_problems
 from ..results.plans import stored_plan_problem
 from ..results.store import RunRecord
+from .maths import different_maths, maths_of
 from .stats import Summary, summarize
 from .stored_profile import profile_of
 
@@ -80,6 +81,8 @@ class Row:
     family: str | None = None  # the target's family: cuda, hpu, cpu (None: no plan kept)
     achieved_per_device: float | None = None  # model FLOP/s per device (median over trials)
     profile: dict | None = None  # the latest trial's profile, checked (report/profile.py)
+    maths: tuple = ()  # what the workload computes (report/maths.py); (): no plan kept
+    no_ratio: str | None = None  # why the ratio to the baseline is not given, where it is not
 
 
 @frozen
@@ -231,13 +234,18 @@ def _applying(plan: ManifestPlan) -> set[str]:
     return {str(ref.label) for ref in plan.references}
 
 
-def _ratio(row: Row, base: dict, metric: Metric) -> float | None:
-    """Row over baseline, as 'x better': higher-is-better metrics value / base, lower-is-better
-    base / value."""
-    b = base.get(row.point)
-    if not b or not row.headline.median:
-        return None
-    return b / row.headline.median if metric.lower_is_better else row.headline.median / b
+def _with_ratio(row: Row, base: dict, metric: Metric) -> Row:
+    """The row with its ratio to the baseline's row at its point, as 'x better': higher-is-
+    better metrics value / base, lower-is-better base / value; none where the two did
+    different maths (no_ratio says why)."""
+    other = base.get(row.point)
+    if other is None or not other.headline.median or not row.headline.median:
+        return row
+    why = different_maths(row, other)
+    if why:
+        return replace(row, no_ratio=f"not the same maths as {other.target}: {why}")
+    b, a = other.headline.median, row.headline.median
+    return replace(row, ratio=b / a if metric.lower_is_better else a / b)
 
 
 def _place_references(
@@ -305,7 +313,8 @@ def sections(runs: list[RunRecord], baseline: str | None = None, calibrations: d
             line = plan.roofline
             why = row.no_roofline if line else _no_roofline(trials[-1])
             row = replace(row, roofline=line, no_roofline=why, precision=_precision(plan),
-                          sharding=_sharding(plan), family=_family(plan))  # fmt: skip
+                          sharding=_sharding(plan), family=_family(plan),
+                          maths=maths_of(plan.raw))  # fmt: skip
             by_section[(experiment, smoke)].append(row)
             plans[(experiment, smoke)][(point, target)] = plan
     result = []
@@ -316,8 +325,8 @@ def sections(runs: list[RunRecord], baseline: str | None = None, calibrations: d
         rows, unplaced = _place_references(rows, plans.get(key, {}))
         targets = tuple(sorted({r.target for r in rows}))
         chosen = baseline if baseline in targets else (targets[0] if targets else None)
-        base = {r.point: r.headline.median for r in rows if r.target == chosen}
-        rows = [replace(r, ratio=_ratio(r, base, metric)) for r in rows]
+        base = {r.point: r for r in rows if r.target == chosen}
+        rows = [_with_ratio(r, base, metric) for r in rows]
         points = tuple(dict.fromkeys(r.point for r in rows))
         priced = [p.prices for p in plans.get(key, {}).values() if p.prices is not None]
         described = [p.description for p in plans.get(key, {}).values()

@@ -31,6 +31,7 @@ from ..catalog.metrics import metrics_of
 from ..figures import sig
 from ..records import frozen
 from .collect import Row, Section
+from .maths import different_maths
 from .prices import Prices
 
 PER = {"images/s": (1_000, "1,000 images"), "tokens/s": (1e6, "1M tokens"),
@@ -121,6 +122,10 @@ def splits(section: Section) -> list[Split | tuple[Row, Row, float | None, str]]
         if ratio is None:
             found.append((row, base, None, "a headline of zero"))
             continue
+        differ = different_maths(row, base)
+        if differ:  # the ratio would compare different work, not the targets
+            found.append((row, base, None, f"not the same maths: {differ}"))
+            continue
         unequal = unequal_tiers(row, base)
         if unequal:  # the software differed by design: the ratio is not the hardware's to split
             found.append((row, base, ratio, unequal))
@@ -185,8 +190,10 @@ SHARDING = {"none": "no sharding (DDP)", "fsdp": "FSDP2", "zero1": "DeepSpeed Ze
 
 def maths_differences(row: Row, base: Row) -> str:
     """Where the two runs' paths differ in arithmetic, not only in speed (each vendor's best
-    path may): the precision, the optimizer's implementation, the sharding and its gradient
-    reductions. Said beside the ratio; empty where they agree or either is not recorded."""
+    path may), though they compute the same work (report/maths.py: a batch, shape or width of
+    precision apart gives no ratio at all): fp16 against bf16, the optimizer's implementation,
+    the sharding and its gradient reductions. Said beside the ratio; empty where they agree
+    or either is not recorded."""
     differ = []
     if row.precision and base.precision and row.precision != base.precision:
         differ.append(f"precision {row.precision} vs {base.precision}")
@@ -218,6 +225,9 @@ def split_lines(section: Section) -> list[str]:
             lines.append(_split_line(item) + _unrecorded_tier(row, base) + maths_differences(row, base))
             continue
         row, base, ratio, why = item
+        if ratio is None:
+            lines.append(f"{row.target} at {row.point}: no ratio to {base.target}: {why}")
+            continue
         text = f"{row.target} at {row.point}: {sig(ratio)}x {base.target}, not split: {why}"
         lines.append(text + _unrecorded_tier(row, base) + maths_differences(row, base))
     return lines
@@ -249,6 +259,11 @@ def runtime_lines(section: Section) -> list[str]:
     for target, where, other, torch_row in _side_by_side(
         section, "runtime", lambda row: row.runtime, "accelerate", "torch"
     ):
+        differ = different_maths(other, torch_row)
+        if differ:
+            lines.append(f"{target} at {where}: no ratio, accelerate and torch did not do the same "
+                         f"maths ({differ})")  # fmt: skip
+            continue
         ratio = _pair_ratio(other, torch_row, section)
         lines.append(
             f"{target} at {where}: accelerate {sig(ratio)}x torch ({section.metric.label} "
@@ -281,6 +296,11 @@ def tier_lines(section: Section) -> list[str]:
     for target, where, tuned, plain in _side_by_side(
         section, "optimize", lambda row: row.optimize, "tuned", "plain"
     ):
+        differ = different_maths(tuned, plain)
+        if differ:
+            lines.append(f"{target} at {where}: no ratio, tuned and plain did not do the same maths "
+                         f"({differ})")  # fmt: skip
+            continue
         ratio = _pair_ratio(tuned, plain, section)
         lines.append(
             f"{target} at {where}: tuned {sig(ratio)}x plain ({_turned_on(tuned, plain)}; "

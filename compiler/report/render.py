@@ -174,6 +174,10 @@ def explanations(section: Section, prices) -> list[tuple[str, list[str]]]:
     """The paragraphs under a section's table: why each ratio, how close each run came to its
     roofline, and what the work costs (prices from --prices FILE, else the spec's)."""
     found = []
+    refused = [f"{r.target} at {r.point}: {r.no_ratio}" for r in section.rows if r.no_ratio]
+    if refused:
+        found.append(("No ratio where two runs did different maths (precision, batch or shapes: "
+                      "the table shows -)", refused))  # fmt: skip
     why = split_lines(section)
     if why:
         found.append(("Each ratio between two targets = peak ratio x MFU ratio for compute-bound work, "
