@@ -1,6 +1,7 @@
 """A ratio only between runs that did the same maths (issue 36, item 5): a `--set
 infer.precision=bf16` run beside an fp32 one, or runs of another batch or shape, get no ratio
-in the table or the explanations; the report says why instead. fp16 and bf16 count as one
+in the table or the explanations; the report says why instead, and lists the --set arguments
+each build was compiled with. fp16 and bf16 count as one
 width (each vendor's 16-bit path: S4), the line beside the ratio naming the difference."""
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ def test_the_report_gives_no_ratio_between_runs_of_different_maths_and_says_why(
 
     def plan(target, point):
         workload = {**TRAIN, "global_batch": 16, "precision": precision[(target, point)]}
-        return {"workload": workload, "references": [], "declared_references": []}
+        given = ["train.precision=bf16"] if (target, point) == ("h100", "batch-16") else []
+        return {"workload": workload, "overrides": given, "references": [], "declared_references": []}
 
     def tier(m, value):
         m["optimize"] = "plain" if m["point"].endswith("_optimize-plain") else "tuned"
@@ -66,3 +68,6 @@ def test_the_report_gives_no_ratio_between_runs_of_different_maths_and_says_why(
     assert "tuned 2.00x plain" not in page and "x plain (" not in page
     assert "- gaudi2 at batch-16: no ratio to a100: not the same maths: precision fp32 vs fp16" in page
     assert "- h100 at batch-16: 2.00x a100" in page and "precision bf16 vs fp16" in page
+    # the report lists what --set changed
+    given = "Settings given on the command line (--set), not the spec's:\n\n"
+    assert f"{given}- h100 at batch-16: train.precision=bf16\n" in page

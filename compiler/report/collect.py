@@ -83,6 +83,7 @@ class Row:
     profile: dict | None = None  # the latest trial's profile, checked (report/profile.py)
     maths: tuple = ()  # what the workload computes (report/maths.py); (): no plan kept
     no_ratio: str | None = None  # why the ratio to the baseline is not given, where it is not
+    overrides: tuple[str, ...] = ()  # the --set arguments its build was compiled with
 
 
 @frozen
@@ -202,6 +203,12 @@ def _precision(plan: ManifestPlan) -> str | None:
     return value if value in ("fp32", "bf16", "fp16", "fp8") else None
 
 
+def _overrides(plan: ManifestPlan) -> tuple[str, ...]:
+    """The --set arguments the build was compiled with, as given (none where not kept)."""
+    given = plan.raw.get("overrides") if isinstance(plan.raw, dict) else None
+    return tuple(str(o) for o in given if isinstance(o, str)) if isinstance(given, list) else ()
+
+
 def _sharding(plan: ManifestPlan) -> str | None:
     parallel = plan.raw.get("parallel") if isinstance(plan.raw, dict) else None
     value = parallel.get("sharding") if isinstance(parallel, dict) else None
@@ -314,7 +321,7 @@ def sections(runs: list[RunRecord], baseline: str | None = None, calibrations: d
             why = row.no_roofline if line else _no_roofline(trials[-1])
             row = replace(row, roofline=line, no_roofline=why, precision=_precision(plan),
                           sharding=_sharding(plan), family=_family(plan),
-                          maths=maths_of(plan.raw))  # fmt: skip
+                          maths=maths_of(plan.raw), overrides=_overrides(plan))  # fmt: skip
             by_section[(experiment, smoke)].append(row)
             plans[(experiment, smoke)][(point, target)] = plan
     result = []

@@ -174,6 +174,9 @@ def explanations(section: Section, prices) -> list[tuple[str, list[str]]]:
     """The paragraphs under a section's table: why each ratio, how close each run came to its
     roofline, and what the work costs (prices from --prices FILE, else the spec's)."""
     found = []
+    given = [f"{r.target} at {r.point}: {', '.join(r.overrides)}" for r in section.rows if r.overrides]
+    if given:
+        found.append(("Settings given on the command line (--set), not the spec's", given))
     refused = [f"{r.target} at {r.point}: {r.no_ratio}" for r in section.rows if r.no_ratio]
     if refused:
         found.append(("No ratio where two runs did different maths (precision, batch or shapes: "
