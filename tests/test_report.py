@@ -385,6 +385,34 @@ def test_knob_values_from_the_metrics_are_escaped_in_markdown_and_html(tmp_path)
 
 
 @pytest.mark.integration
+def test_the_csv_has_the_precision_batch_and_latencies_of_each_run(tmp_path):
+    """Issue 36, item 6: the CSV carries what a reader compares runs by, beside the throughput:
+    the plan's precision and batch (training's global batch, inference's batch) and the
+    generation's TTFT and TPOT or the pipeline's seconds per image; empty where a run has none."""
+    import csv
+    import io
+
+    db = tmp_path / "r.db"
+
+    def plan(target, point):
+        work = {"kind": "infer", "precision": "bf16", "batch": 8} if target == "h100" else {
+            "kind": "train", "precision": "fp32", "global_batch": 64}  # fmt: skip
+        return {"workload": work, "references": [], "declared_references": []}
+
+    def generation(m, value):
+        if m["target"] == "h100":
+            m["generation"] = {"batch": 8, "input_tokens": 16, "output_tokens": 32, "ttft_s": 0.05,
+                               "tpot_s": 0.01, "first_sequence": [1, 2]}  # fmt: skip
+
+    store_trials(db, {("h100", "batch-8"): [0.01], ("cpu", "batch-8"): [0.02]}, plan, generation)
+    rows = list(csv.DictReader(io.StringIO(benchc("export", "--format", "csv", db=db).stdout)))
+    found = {
+        r["target"]: (r["precision"], r["batch"], r["ttft_s"], r["tpot_s"], r["s_per_image"]) for r in rows
+    }
+    assert found == {"h100": ("bf16", "8", "0.05", "0.01", ""), "cpu": ("fp32", "64", "", "", "")}
+
+
+@pytest.mark.integration
 def test_export_and_show_carry_the_tier(tmp_path):
     db = ingested(tmp_path, tiered(150.0, "h100", "batch-16_optimize-plain", "plain"),
                   tiered(100.0, "gaudi2", "batch-16", None))  # fmt: skip

@@ -20,7 +20,7 @@ from .run_record import RunRecord
 CSV_COLUMNS = ("id", "experiment", "target", "point", "smoke", "trial", "status", "cause",
                "throughput", "unit", "per_device", "step_median_s", "step_p90_s",
                "peak_memory_bytes", "mfu", "world_size", "started_at", "ended_at", "spec_sha256",
-               "optimize")  # fmt: skip
+               "optimize", "precision", "batch", "ttft_s", "tpot_s", "s_per_image")  # fmt: skip
 
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 _DECIMAL = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
@@ -54,14 +54,22 @@ def _section(metrics: dict, key: str) -> dict:
     return found if isinstance(found, dict) else {}
 
 
+def _workload(record: RunRecord) -> dict:
+    """The run's plan's workload (its precision and batch), {} where no plan is kept."""
+    return _section(record.plan, "workload") if isinstance(record.plan, dict) else {}
+
+
 def csv_row(record: RunRecord) -> list:
     m = record.metrics if isinstance(record.metrics, dict) else {}
     throughput, steps = _section(m, "throughput"), _section(m, "step_time_s")
+    work, generation = _workload(record), _section(m, "generation")
+    batch = work.get("global_batch") or work.get("batch")  # training's global batch, inference's
     cells = [record.id, record.experiment, record.target, record.point, int(record.smoke), record.trial,
              record.status, record.cause, throughput.get("job"), throughput.get("unit"),
              throughput.get("per_device"), steps.get("median"), steps.get("p90"), m.get("peak_memory_bytes"),
              _section(m, "flops").get("mfu"), m.get("world_size"), record.started_at, record.ended_at,
-             record.spec_sha256, tier(record)]  # fmt: skip
+             record.spec_sha256, tier(record), work.get("precision"), batch, generation.get("ttft_s"),
+             generation.get("tpot_s"), _section(m, "pipeline").get("s_per_image")]  # fmt: skip
     return [safe_cell(cell) for cell in cells]
 
 
