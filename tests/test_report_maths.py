@@ -71,3 +71,33 @@ def test_the_report_gives_no_ratio_between_runs_of_different_maths_and_says_why(
     # the report lists what --set changed
     given = "Settings given on the command line (--set), not the spec's:\n\n"
     assert f"{given}- h100 at batch-16: train.precision=bf16\n" in page
+
+
+def test_the_chart_s_bars_are_the_trials_range_until_there_are_enough_trials_for_an_interval(tmp_path):
+    """Issue 36, item 6: with 2 trials Student's t is 12.7, and the 95% interval of 100 and 120
+    spans 30 to 370 images/s: most of the axis. Below report/stats.py's CI_TRIALS the chart
+    draws the trials' range; from it, the interval; one trial, no bar."""
+    from matplotlib.collections import LineCollection
+
+    from benchc.report.collect import sections
+    from benchc.report.plot import draw
+    from benchc.report.stats import CI_TRIALS, summarize
+    from benchc.results.store import Store
+
+    many_values = [100.0, 105.0, 110.0, 115.0, 120.0]
+    two, many = summarize([100.0, 120.0]), summarize(many_values)
+    assert two.ci_low < 40 and two.ci_high > 300 and two.bar == (100.0, 120.0)
+    assert many.n == CI_TRIALS and many.bar == (many.ci_low, many.ci_high) and 100 < many.ci_low < 110
+    assert summarize([100.0]).bar is None
+
+    db = tmp_path / "r.db"
+    seconds = {("a100", "batch-16"): [1 / 100, 1 / 120], ("h100", "batch-16"): [1 / v for v in many_values]}
+    store_trials(db, seconds, lambda target, point: {"references": [], "declared_references": []})
+    (section,) = sections(Store(db).runs())
+    figure = draw(section)
+    (axes,) = figure.axes
+    lines = [c for c in axes.collections if isinstance(c, LineCollection)]
+    spans = sorted((round(min(y for _, y in seg), 2), round(max(y for _, y in seg), 2))
+                   for lc in lines for seg in lc.get_segments())  # fmt: skip
+    assert spans == sorted([(100.0, 120.0), (round(many.ci_low, 2), round(many.ci_high, 2))])
+    assert "the trials' range" in axes.get_xlabel()

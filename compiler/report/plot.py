@@ -1,6 +1,6 @@
 """The bar chart of a report section: the headline metric per target, grouped by sweep point,
-with 95% confidence intervals where there are several trials and the published references as
-dashed lines across their bars; the roofline chart, with the measured ceilings (benchc calibrate)
+with the trials' range (their 95% interval from report/stats.py's CI_TRIALS trials on) and the
+published references as dashed lines across their bars; the roofline chart, with the measured ceilings (benchc calibrate)
 dashed beside the datasheet's. Charts are written as PNG to the stream or path given (the
 report writes them through report/output.py). A text from the store is shown as it is: a $ in
 it starts no matplotlib math (which could fail to parse and end the report)."""
@@ -15,6 +15,7 @@ from .chart_text import plain
 from .collect import Section
 from .explain import stored_number
 from .render import headline_header
+from .stats import CI_TRIALS
 
 
 def bar_chart(section: Section, target: Path | BinaryIO) -> Path | BinaryIO:
@@ -52,8 +53,9 @@ def draw(section: Section):
             xs.append(x)
             heights.append(s.median)
             tiers.append(f"\n({row.optimize or '-'})" if point in mixed else "")  # unequal tiers: say which
-            errors[0].append(max(s.median - s.ci_low, 0.0) if s.ci_low is not None else 0.0)
-            errors[1].append(max(s.ci_high - s.median, 0.0) if s.ci_high is not None else 0.0)
+            low, high = s.bar or (s.median, s.median)
+            errors[0].append(max(s.median - low, 0.0))
+            errors[1].append(max(high - s.median, 0.0))
             refs += [(x, r.value) for r in row.references if not r.per_device]
         spread = errors if any(errors[0] + errors[1]) else None  # no caps for single trials
         bars = axes.bar(xs, heights, width * 0.95, yerr=spread, capsize=3 if spread else 0,
@@ -72,6 +74,8 @@ def draw(section: Section):
     axes.set_title(title)
     axes.legend(fontsize=8)
     axes.grid(axis="y", alpha=0.3)
+    if any(r.headline.n >= 2 for r in section.rows):
+        axes.set_xlabel(f"bars: the trials' range; the 95% interval from {CI_TRIALS} trials on", fontsize=8)
     figure.tight_layout()
     return figure
 

@@ -12,6 +12,7 @@ import statistics
 from ..records import frozen
 
 NOISY_CV = 0.05  # a coefficient of variation above 5% marks a point as noisy
+CI_TRIALS = 5  # fewer trials give a 95% interval too wide to mean much: a chart shows their range
 
 # Two-sided 95% quantiles of Student's t by degrees of freedom; beyond the table, 1.96.
 _T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
@@ -35,6 +36,19 @@ class Summary:
     ci_low: float | None  # 95% confidence interval (t), None for one trial: of the geometric
     ci_high: float | None  # mean where every value is positive (it stays positive), else the mean
     cv: float | None  # coefficient of variation (stdev / mean)
+    low: float | None = None  # the smallest and largest trial (None for one trial)
+    high: float | None = None
+
+    @property
+    def bar(self) -> tuple[float, float] | None:
+        """(low, high) a chart draws around the median: the 95% interval from CI_TRIALS
+        trials on, the trials' range below that (Student's t with 1 degree of freedom is
+        12.7: two trials' interval spans most of an axis), None for one trial."""
+        if self.n < 2:
+            return None
+        if self.n >= CI_TRIALS and self.ci_low is not None and self.ci_high is not None:
+            return self.ci_low, self.ci_high
+        return self.low, self.high
 
     @property
     def noisy(self) -> bool:
@@ -57,4 +71,4 @@ def summarize(values: list[float]) -> Summary:
     else:
         half = t * stdev / math.sqrt(len(values))
         low, high = mean - half, mean + half
-    return Summary(len(values), statistics.median(values), mean, low, high, cv)
+    return Summary(len(values), statistics.median(values), mean, low, high, cv, min(values), max(values))
