@@ -41,6 +41,48 @@ def assert_chart(path, min_width=400, min_height=300):
     assert image[..., :3].std() > 0.05  # not blank: bars, text and axes differ from the page
 
 
+def parsed_html(page: str) -> dict:
+    """The report page as html.parser reads it: each table's rows of cell texts, each image's
+    src, each paragraph's text."""
+    from html.parser import HTMLParser
+
+    class Reader(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.found = {"tables": [], "images": [], "paragraphs": []}
+            self.text, self.cell, self.paragraph = [], None, None
+
+        def handle_starttag(self, tag, attrs):
+            if tag == "table":
+                self.found["tables"].append([])
+            elif tag == "tr":
+                self.found["tables"][-1].append([])
+            elif tag in ("td", "th"):
+                self.cell = []
+            elif tag == "img":
+                self.found["images"].append(dict(attrs)["src"])
+            elif tag == "p":
+                self.paragraph = []
+
+        def handle_endtag(self, tag):
+            if tag in ("td", "th"):
+                self.found["tables"][-1][-1].append("".join(self.cell))
+                self.cell = None
+            elif tag == "p" and self.paragraph is not None:
+                self.found["paragraphs"].append("".join(self.paragraph))
+                self.paragraph = None
+
+        def handle_data(self, data):
+            for part in (self.cell, self.paragraph):
+                if part is not None:
+                    part.append(data)
+
+    reader = Reader()
+    reader.feed(page)
+    reader.close()
+    return reader.found
+
+
 @pytest.mark.integration
 def test_smoke_run_of_s1_stores_both_points_and_reports_them(tmp_path):
     db = tmp_path / "results.db"
@@ -64,8 +106,24 @@ def test_smoke_run_of_s1_stores_both_points_and_reports_them(tmp_path):
         assert row[5] == sig(record.metrics["throughput"]["per_device"])
         assert row[6] == sig(record.metrics["step_time_s"]["median"] * 1e3)
         assert row[9] == "-"  # no MFU on the cpu: its peak is unknown
+    assert "| vs batch-16 (same target) |" in page  # the sweep: each point against the first
+    first, second = (r.metrics["throughput"]["job"] for r in records)
+    assert (rows[0][-1], rows[1][-1]) == ("1.00x", f"{sig(second / first)}x")
     assert "smoke" in page
     assert_chart(tmp_path / "reports" / "sd3_mmdit_train-smoke.png")
+    # the HTML page, read by a real HTML parser: the same table, the chart it names, each list
+    html = benchc("report", "--format", "html", "-o", str(tmp_path / "html"), db=db)
+    assert html.returncode == 0, html.stderr
+    parsed = parsed_html((tmp_path / "html" / "report.html").read_text())
+    (table,) = parsed["tables"]
+    assert table[0][:4] == ["point", "target", "throughput (images/s)", "vs cpu (>1 = better)"]
+    assert table[0][-1] == "vs batch-16 (same target)" and table[1:] == rows  # the Markdown's cells
+    (image,) = parsed["images"]
+    assert_chart(tmp_path / "html" / image)
+    assert (
+        "Against the roofline (benchc estimate: the least time compute, memory and interconnect allow):"
+        in (parsed["paragraphs"])
+    )
 
 
 @pytest.mark.integration

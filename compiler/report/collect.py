@@ -84,6 +84,7 @@ class Row:
     maths: tuple = ()  # what the workload computes (report/maths.py); (): no plan kept
     no_ratio: str | None = None  # why the ratio to the baseline is not given, where it is not
     overrides: tuple[str, ...] = ()  # the --set arguments its build was compiled with
+    sweep_ratio: float | None = None  # to the same target's first point (a sweep): > 1 is better
 
 
 @frozen
@@ -241,6 +242,14 @@ def _applying(plan: ManifestPlan) -> set[str]:
     return {str(ref.label) for ref in plan.references}
 
 
+def _headline_ratio(row: Row, base: Row | None, metric: Metric) -> float | None:
+    """Row over base in the headline's direction (> 1: row is better), None without both."""
+    if base is None or not base.headline.median or not row.headline.median:
+        return None
+    b, a = base.headline.median, row.headline.median
+    return b / a if metric.lower_is_better else a / b
+
+
 def _with_ratio(row: Row, base: dict, metric: Metric) -> Row:
     """The row with its ratio to the baseline's row at its point, as 'x better': higher-is-
     better metrics value / base, lower-is-better base / value; none where the two did
@@ -251,8 +260,7 @@ def _with_ratio(row: Row, base: dict, metric: Metric) -> Row:
     why = different_maths(row, other)
     if why:
         return replace(row, no_ratio=f"not the same maths as {other.target}: {why}")
-    b, a = other.headline.median, row.headline.median
-    return replace(row, ratio=b / a if metric.lower_is_better else a / b)
+    return replace(row, ratio=_headline_ratio(row, other, metric))
 
 
 def _place_references(
@@ -335,6 +343,9 @@ def sections(runs: list[RunRecord], baseline: str | None = None, calibrations: d
         base = {r.point: r for r in rows if r.target == chosen}
         rows = [_with_ratio(r, base, metric) for r in rows]
         points = tuple(dict.fromkeys(r.point for r in rows))
+        if len(points) > 1:  # each point against its target's first: what the swept setting did
+            first = {r.target: r for r in rows if r.point == points[0]}
+            rows = [replace(r, sweep_ratio=_headline_ratio(r, first.get(r.target), metric)) for r in rows]
         priced = [p.prices for p in plans.get(key, {}).values() if p.prices is not None]
         described = [p.description for p in plans.get(key, {}).values()
                      if p.description and p.description.strip()]  # fmt: skip

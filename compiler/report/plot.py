@@ -1,9 +1,10 @@
 """The bar chart of a report section: the headline metric per target, grouped by sweep point,
 with the trials' range (their 95% interval from report/stats.py's CI_TRIALS trials on) and the
-published references as dashed lines across their bars; the roofline chart, with the measured ceilings (benchc calibrate)
-dashed beside the datasheet's. Charts are written as PNG to the stream or path given (the
-report writes them through report/output.py). A text from the store is shown as it is: a $ in
-it starts no matplotlib math (which could fail to parse and end the report)."""
+published references as dashed lines across their bars; the roofline chart, with the measured
+ceilings (benchc calibrate) dashed beside the datasheet's. Charts are written as PNG to the
+stream or path given (the report writes them through report/output.py). A text from the store
+is shown as it is: a $ in it starts no matplotlib math (which could fail to parse and end the
+report)."""
 
 from __future__ import annotations
 

@@ -83,6 +83,9 @@ def table(section: Section, text=_as_is) -> tuple[list[str], list[list[str]]]:
     measured_header = "decode / copy (measured)" if decoding else "MFU (measured)"
     header += ["peak memory (GiB)", "MFU", *([measured_header] if measured else []), "world", "trials",
                "reference"]  # fmt: skip
+    swept = len(section.points) > 1  # each point against its target's first point
+    if swept:
+        header.append(f"vs {text(section.points[0])} (same target)")
     rows = []
     for row in section.rows:
         cells = [text(row.point), text(row.target), *([text(row.runtime)] if runtimes else []),
@@ -106,6 +109,8 @@ def table(section: Section, text=_as_is) -> tuple[list[str], list[list[str]]]:
             *([(_measured_decode if decoding else _measured_mfu)(section, row)] if measured else []),
             _world(row), str(row.throughput.n), _reference(row, text),
         ]  # fmt: skip
+        if swept:
+            cells.append(f"{sig(row.sweep_ratio)}x" if row.sweep_ratio is not None else "-")
         rows.append(cells)
     return header, rows
 
