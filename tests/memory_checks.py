@@ -1,5 +1,5 @@
 """benchc estimate's memory per device, and its roofline, held to what a real CPU smoke run of a
-generated program does. The estimate (plan/memory.py, the one `benchc estimate` and `check`
+generated program does. The estimate (plan/memory/, the one `benchc estimate` and `check`
 use) claims an upper bound of each device's peak, close to it: the peak of live tensor storage
 of every rank, traced by tests/memtrace over the whole run (the libraries' import-time
 tensors, which no plan holds, taken off), must be at most the estimate, and the largest

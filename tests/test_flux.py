@@ -362,7 +362,7 @@ def _saved_bytes(block, image: int, text: int, dtype, autocast: bool) -> int:
 
 @pytest.mark.parametrize("autocast", [False, True])
 def test_the_per_token_activations_are_what_the_blocks_save(autocast):
-    """plan/memory_flux.py's bytes per token of each kind of block, against what the real
+    """plan/memory/flux.py's bytes per token of each kind of block, against what the real
     block saves for its backward (the growth from 80 to 160 tokens, so per-sample tensors
     cancel): bf16 weights without autocast (FSDP2's), fp32 weights under bf16 autocast."""
     from diffusers.models.transformers.transformer_flux import (
@@ -370,7 +370,7 @@ def test_the_per_token_activations_are_what_the_blocks_save(autocast):
         FluxTransformerBlock,
     )
 
-    from benchc.plan.memory_flux import double_block, single_block
+    from benchc.plan.memory.flux import double_block, single_block
 
     torch.manual_seed(0)
     h, heads = 64, 2

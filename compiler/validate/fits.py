@@ -1,12 +1,12 @@
 """Will each point fit in its target's memory? One job: a located warning for a point that will
 not (an error under `benchc check --strict`), saying by how much and which remedies would make
-it fit, each with the total it would give (plan/memory.py's estimate, the one used by
+it fit, each with the total it would give (plan/memory/estimate.py's, the one used by
 `benchc estimate`).
 
 The warning sits at the setting that causes the overflow: the batch when what grows with it
 (activations, KV cache) is the larger share, else the model (its preset, or its block).
 
-The cpu target states no memory: there the capacity is this host's (plan/memory.py's
+The cpu target states no memory: there the capacity is this host's (plan/memory/estimate.py's
 host_memory), which the node's processes share, so what must fit is the per-process total x
 processes per node. check_host_loading warns of the one layout whose rank 0 loads a weights
 folder whole on its host (the accelerate runtime's FSDP2). smoke_advice is the note for a

@@ -1,4 +1,4 @@
-"""The bytes a Flux transformer's blocks save for the backward, per token: plan/memory.py's
+"""The bytes a Flux transformer's blocks save for the backward, per token: memory/activations.py's
 activations for `model flux`. No torch.
 
 One job: Flux's per-token formulas, read off diffusers' FluxTransformerBlock and
