@@ -99,7 +99,8 @@ def submit(args) -> int:
             trials = args.repeat or point.manifest.plan.repeat
             sbatch_options = [*options, *_time(args, point)]
             job_id, run_ids = jobs.submit_point(store, point, trials=trials, options=sbatch_options, env=env,
-                                                cluster=cluster, environment=environment(),
+                                                cluster=cluster,
+                                                environment=environment(point.manifest.spec_path),
                                                 profile=args.profile)  # fmt: skip
             submitted.update(run_ids)
             where = f" on {cluster}" if cluster else ""

@@ -29,6 +29,7 @@ from ..results.metrics import validation_problems
 from ..results.plans import stored_plan_problem
 from ..results.store import RunRecord
 from .maths import different_maths, maths_of
+from .setup import setup_of
 from .stats import Summary, summarize
 from .stored_profile import profile_of
 
@@ -85,6 +86,7 @@ class Row:
     no_ratio: str | None = None  # why the ratio to the baseline is not given, where it is not
     overrides: tuple[str, ...] = ()  # the --set arguments its build was compiled with
     sweep_ratio: float | None = None  # to the same target's first point (a sweep): > 1 is better
+    setup: tuple = ()  # what its latest run ran on (report/setup.py)
 
 
 @frozen
@@ -329,7 +331,8 @@ def sections(runs: list[RunRecord], baseline: str | None = None, calibrations: d
             why = row.no_roofline if line else _no_roofline(trials[-1])
             row = replace(row, roofline=line, no_roofline=why, precision=_precision(plan),
                           sharding=_sharding(plan), family=_family(plan),
-                          maths=maths_of(plan.raw), overrides=_overrides(plan))  # fmt: skip
+                          maths=maths_of(plan.raw), overrides=_overrides(plan),
+                          setup=setup_of(trials[-1].environment, trials[-1].metrics))  # fmt: skip
             by_section[(experiment, smoke)].append(row)
             plans[(experiment, smoke)][(point, target)] = plan
     result = []

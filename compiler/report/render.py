@@ -18,6 +18,7 @@ from .collect import Row, Section
 from .explain import bound_lines, cost_lines, runtime_lines, split_lines, tier_lines
 from .prices import Prices, valid_currency, valid_price
 from .profile import kernel_lines, profile_lines, profile_table, profiled
+from .setup import setup_lines
 
 
 def _as_is(text) -> str:
@@ -207,6 +208,9 @@ def explanations(section: Section, prices) -> list[tuple[str, list[str]]]:
         found.append(("Where each step's time goes (the profiled steps, by category; the bar chart "
                       "shows the shares)", profile_lines(section) + kernel_lines(section)))  # fmt: skip
     found.append(("Cost per unit of work", cost_lines(section, prices or spec_prices(section))))
+    setups = setup_lines(section)
+    if setups:
+        found.append(("The setup behind the numbers (each target's latest runs)", setups))
     return found
 
 

@@ -17,18 +17,23 @@ from .execute import Outcome, execute
 from .interrupts import Terminated, raise_terminated
 from .processes import signals_held
 from .progress import Progress
+from .provenance import spec_repository
 
 RUN_OK, RUN_FAILED, INTERRUPTED, TERMINATED = 0, 1, 130, 143  # benchc run's exit codes
 COULD_NOT_STORE = 3  # the results store stayed locked: the result kept in its metrics file
 
 
-def environment() -> dict:
-    """The host facts stored with every run (local or submitted)."""
+def environment(spec_path: str | None = None) -> dict:
+    """The host facts stored with every run (local or submitted), and the state of the
+    repository that holds its spec (runner/provenance.py; None: not in one)."""
     import platform
     import socket
 
-    return {"host": socket.gethostname(), "platform": platform.platform(),
-            "python": platform.python_version(), "benchc": __version__}  # fmt: skip
+    found = {"host": socket.gethostname(), "platform": platform.platform(),
+             "python": platform.python_version(), "benchc": __version__}  # fmt: skip
+    if spec_path is not None:
+        found["spec_repository"] = spec_repository(spec_path)
+    return found
 
 
 def refuse_clusters(points) -> None:
@@ -86,7 +91,7 @@ def _trials(points, store: Store, repeat_flag: int | None, timeout_flag: float |
                     point=manifest.point, point_values=plan.point_values, smoke=manifest.smoke,
                     spec_path=manifest.spec_path, spec_sha256=manifest.spec_sha256,
                     build_path=str(point.path.resolve()), log_path=str((run_dir / "log.txt").resolve()),
-                    environment=environment(), plan=plan.raw, series=series, trial=trial,
+                    environment=environment(manifest.spec_path), plan=plan.raw, series=series, trial=trial,
                 )  # fmt: skip
             label = f"{point.label} [{trial}/{repeat}]"
             metric = plan.metric or ""

@@ -283,7 +283,23 @@ class Device:
         return torch.cuda.get_device_name()
 
     def versions(self) -> dict:
-        return {"cuda": torch.version.cuda}
+        """CUDA, cuDNN and NCCL as torch was built with them, the driver and the GPU's VBIOS
+        as nvidia-smi reports them (None where it does not answer)."""
+        cudnn = torch.backends.cudnn.version()
+        nccl = None
+        if torch.distributed.is_nccl_available():
+            nccl = torch.cuda.nccl.version()
+        index = torch.cuda.current_device()
+        command = ["nvidia-smi", f"--id={index}", "--format=csv,noheader"]
+        command.append("--query-gpu=driver_version,vbios_version")
+        smi = query_smi(command, ("driver", "firmware"), numbers=False) or {}
+        return {
+            "cuda": torch.version.cuda,
+            "cudnn": str(cudnn) if cudnn else None,
+            "nccl": ".".join(map(str, nccl)) if isinstance(nccl, tuple) else None,
+            "driver": smi.get("driver"),
+            "firmware": smi.get("firmware"),
+        }
 
     def profiler_activities(self) -> list:
         """What torch.profiler records: host operators and the GPU's kernels (CUPTI)."""
@@ -391,6 +407,7 @@ LIBRARIES = (
     "accelerate",
     "optimum-habana",
     "habana-torch-plugin",
+    "deepspeed",
 )
 
 
@@ -417,6 +434,19 @@ def percentile(sorted_values: list, fraction: float) -> float:
     return sorted_values[low] * (1.0 - weight) + sorted_values[high] * weight
 
 
+def container_image():
+    """The container the program runs in, where its environment names one: BENCHC_CONTAINER_
+    IMAGE (a job's environment may set it), Apptainer's or Singularity's image, NVIDIA's NGC
+    PyTorch release; None elsewhere."""
+    env = os.environ
+    named = ("BENCHC_CONTAINER_IMAGE", "APPTAINER_CONTAINER", "SINGULARITY_CONTAINER")
+    for name in named:
+        if env.get(name):
+            return env[name]
+    release = env.get("NVIDIA_PYTORCH_VERSION")
+    return f"NGC PyTorch {release}" if release else None
+
+
 def library_versions(device) -> dict:
     versions = {"python": platform.python_version()}
     for name in LIBRARIES:
@@ -425,6 +455,7 @@ def library_versions(device) -> dict:
         except importlib.metadata.PackageNotFoundError:
             continue
     versions.update(device.versions())
+    versions["container"] = container_image()
     return versions
 
 
@@ -782,10 +813,11 @@ def window_steps(planned: int, step_s, world: int, device) -> int:
     return max(planned, min(MIN_MEASURED_STEPS, wanted))
 
 
-def query_smi(command: list, names: tuple):
+def query_smi(command: list, names: tuple, numbers: bool = True):
     """One line of a vendor tool's CSV query (nvidia-smi, hl-smi) as {name: value}: numbers
-    where they parse, the tool's own text elsewhere; None where the tool is missing or
-    fails. Read outside the measured window only."""
+    where they parse (unless `numbers` is False: versions stay text), the tool's own text
+    elsewhere; None where the tool is missing or fails. Read outside the measured window
+    only."""
     import subprocess  # only here: most programs never read a vendor tool
 
     try:
@@ -802,7 +834,7 @@ def query_smi(command: list, names: tuple):
     for name, value in zip(names, values, strict=False):
         number = value.split(" ")[0]  # "350 W" -> "350"
         try:
-            state[name] = float(number)
+            state[name] = float(number) if numbers else value
         except ValueError:
             state[name] = value
     return state

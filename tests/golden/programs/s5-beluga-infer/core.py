@@ -87,6 +87,7 @@ LIBRARIES = (
     "accelerate",
     "optimum-habana",
     "habana-torch-plugin",
+    "deepspeed",
 )
 
 
@@ -113,6 +114,19 @@ def percentile(sorted_values: list, fraction: float) -> float:
     return sorted_values[low] * (1.0 - weight) + sorted_values[high] * weight
 
 
+def container_image():
+    """The container the program runs in, where its environment names one: BENCHC_CONTAINER_
+    IMAGE (a job's environment may set it), Apptainer's or Singularity's image, NVIDIA's NGC
+    PyTorch release; None elsewhere."""
+    env = os.environ
+    named = ("BENCHC_CONTAINER_IMAGE", "APPTAINER_CONTAINER", "SINGULARITY_CONTAINER")
+    for name in named:
+        if env.get(name):
+            return env[name]
+    release = env.get("NVIDIA_PYTORCH_VERSION")
+    return f"NGC PyTorch {release}" if release else None
+
+
 def library_versions(device) -> dict:
     versions = {"python": platform.python_version()}
     for name in LIBRARIES:
@@ -121,6 +135,7 @@ def library_versions(device) -> dict:
         except importlib.metadata.PackageNotFoundError:
             continue
     versions.update(device.versions())
+    versions["container"] = container_image()
     return versions
 
 
@@ -478,10 +493,11 @@ def window_steps(planned: int, step_s, world: int, device) -> int:
     return max(planned, min(MIN_MEASURED_STEPS, wanted))
 
 
-def query_smi(command: list, names: tuple):
+def query_smi(command: list, names: tuple, numbers: bool = True):
     """One line of a vendor tool's CSV query (nvidia-smi, hl-smi) as {name: value}: numbers
-    where they parse, the tool's own text elsewhere; None where the tool is missing or
-    fails. Read outside the measured window only."""
+    where they parse (unless `numbers` is False: versions stay text), the tool's own text
+    elsewhere; None where the tool is missing or fails. Read outside the measured window
+    only."""
     import subprocess  # only here: most programs never read a vendor tool
 
     try:
@@ -498,7 +514,7 @@ def query_smi(command: list, names: tuple):
     for name, value in zip(names, values, strict=False):
         number = value.split(" ")[0]  # "350 W" -> "350"
         try:
-            state[name] = float(number)
+            state[name] = float(number) if numbers else value
         except ValueError:
             state[name] = value
     return state

@@ -315,7 +315,11 @@ class Device:
         return hthpu.get_device_name()
 
     def versions(self) -> dict:
-        return {}
+        """The driver as hl-smi reports it (None where it does not answer); Habana's PyTorch
+        plugin and SynapseAI's version are among the libraries (habana-torch-plugin)."""
+        command = ["hl-smi", "-Q", "driver_version", "-f", "csv,noheader"]
+        smi = query_smi(command, ("driver",), numbers=False) or {}
+        return {"driver": smi.get("driver")}
 
     def profiler_activities(self) -> list:
         """What torch.profiler records here: host operators and the card's work, through the

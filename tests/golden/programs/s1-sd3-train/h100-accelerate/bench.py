@@ -273,7 +273,23 @@ class Device:
         return torch.cuda.get_device_name()
 
     def versions(self) -> dict:
-        return {"cuda": torch.version.cuda}
+        """CUDA, cuDNN and NCCL as torch was built with them, the driver and the GPU's VBIOS
+        as nvidia-smi reports them (None where it does not answer)."""
+        cudnn = torch.backends.cudnn.version()
+        nccl = None
+        if torch.distributed.is_nccl_available():
+            nccl = torch.cuda.nccl.version()
+        index = torch.cuda.current_device()
+        command = ["nvidia-smi", f"--id={index}", "--format=csv,noheader"]
+        command.append("--query-gpu=driver_version,vbios_version")
+        smi = query_smi(command, ("driver", "firmware"), numbers=False) or {}
+        return {
+            "cuda": torch.version.cuda,
+            "cudnn": str(cudnn) if cudnn else None,
+            "nccl": ".".join(map(str, nccl)) if isinstance(nccl, tuple) else None,
+            "driver": smi.get("driver"),
+            "firmware": smi.get("firmware"),
+        }
 
     def profiler_activities(self) -> list:
         """What torch.profiler records: host operators and the GPU's kernels (CUPTI)."""
