@@ -18,7 +18,7 @@ from .plan.types import Plan
 from .plan.variants import MAX_POINTS, Override, expand, parse_override
 from .plan.weights import smoke_note
 from .records import frozen
-from .validate.fits import check_fits, check_host_loading, smoke_advice
+from .validate.fits import check_fits, refuse_whole_loading, smoke_advice
 from .validate.schema import validate_settings
 from .validate.semantic import check_names, check_plan
 
@@ -112,6 +112,8 @@ def plan_spec(
             target = TARGETS[variant.target]
             plan = build(resolved, variant, target, False, tuple(overrides))
             found = check_plan(plan, resolved)
+            if not smoke:
+                found += refuse_whole_loading(plan, resolved)
             if smoke and not found:
                 accum = getattr(plan.workload, "grad_accum", 1)
                 shrunk = shrink(resolved, real_grad_accum=accum)
@@ -126,7 +128,7 @@ def plan_spec(
         problems += found
         if not found:
             plans.append(plan)
-            warnings += check_fits(plan, resolved) + check_host_loading(plan, resolved)
+            warnings += check_fits(plan, resolved)
             advice = smoke_advice(plan)
             if advice:
                 notes.append(advice)

@@ -603,8 +603,8 @@ def test_a_rank_that_holds_the_whole_model_reads_it_tensor_by_tensor_onto_its_de
 def test_the_accelerate_runtime_reads_local_weights_as_the_torch_runtime_does(write, tmp_path):
     """Under runtime = accelerate, ZeRO-3 ranks read only their partitions and DDP and ZeRO-2
     ranks each tensor once onto the device (a sharded checkpoint, 2 CPU ranks, reads counted);
-    FSDP2 is accelerate's own loading (rank 0 loads, then sends the shards). Every first loss
-    equals the torch runtime's one process's from the same weights."""
+    (FSDP2 would be accelerate's own loading, rank 0 holding the whole folder: check refuses it,
+    below). Every first loss equals the torch runtime's one process's from the same weights."""
     from helpers import REPO
 
     model = _save(tmp_path / "w", "llama", num_hidden_layers=4, vocab_size=64)
@@ -625,20 +625,20 @@ def test_the_accelerate_runtime_reads_local_weights_as_the_torch_runtime_does(wr
         return metrics["loss"]["all"][0], reads
 
     alone, _ = first_loss("alone")
-    for sharding in ("zero3", "none", "zero2", "fsdp"):
+    for sharding in ("zero3", "none", "zero2"):
         loss, reads = first_loss(sharding, "runtime=accelerate", "cluster.devices_per_node=2",
                                  f"parallel.sharding={sharding}")  # fmt: skip
         assert loss == pytest.approx(alone, rel=1e-5), sharding
         if sharding == "zero3":
             assert len(reads) == 2 and all(r["bytes"] <= 0.6 * total for r in reads), (reads, total)
-        elif sharding != "fsdp":
+        else:
             assert [r["tensors"] for r in reads] == [tensors, tensors], reads
 
 
 @pytest.mark.integration
 def test_every_way_of_reading_local_weights_is_formatted_and_lint_clean(write, tmp_path):
     """Generation (one device, tensor parallel 2) and training (DDP, FSDP2, ZeRO-2, ZeRO-3, and
-    each under the accelerate runtime) from a weights folder, on cpu, h100 and gaudi2: the
+    but FSDP2 each under the accelerate runtime) from a weights folder, on cpu, h100 and gaudi2: the
     programs are formatted and lint clean, and each reads the folder the way plan/loading.py
     says."""
     import subprocess
@@ -652,8 +652,9 @@ def test_every_way_of_reading_local_weights_is_formatted_and_lint_clean(write, t
     train = TRAIN.replace("fp32", "bf16; attention = fused")
     cases = [(infer, ["cluster.devices_per_node=1"]), (infer, ["parallel.tensor=2"])]
     for sharding in ("none", "fsdp", "zero2", "zero3"):
-        cases += [(train, [f"parallel.sharding={sharding}"]),
-                  (train, [f"parallel.sharding={sharding}", "runtime=accelerate"])]  # fmt: skip
+        cases.append((train, [f"parallel.sharding={sharding}"]))
+        if sharding != "fsdp":  # accelerate's FSDP2 with weights is refused (the test below)
+            cases.append((train, [f"parallel.sharding={sharding}", "runtime=accelerate"]))
     programs, modes = [], set()
     for index, (work, sets) in enumerate(cases):
         path = write(f"w{index}.bench", f"experiment w {{\n  {model}\n  {work}\n"
@@ -663,7 +664,7 @@ def test_every_way_of_reading_local_weights_is_formatted_and_lint_clean(write, t
             program = tmp_path / f"{index}-{plan.target.name}.py"
             program.write_text(render_point(plan)["bench.py"])
             programs.append(str(program))
-    assert modes == {"tensors", "shards", "partitions", None}
+    assert modes == {"tensors", "shards", "partitions"}
     ruff = [sys.executable, "-m", "ruff"]
     fmt = subprocess.run([*ruff, "format", "--isolated", "--check", *programs], capture_output=True,
                          text=True)  # fmt: skip
@@ -702,37 +703,41 @@ def test_a_tied_head_read_from_local_weights_stays_the_embedding_when_split(writ
     assert sharded["loss"]["all"][0] == pytest.approx(first, rel=1e-5)
 
 
-def test_only_accelerate_s_fsdp2_loads_the_folder_whole_and_estimate_shows_its_host_memory(write, tmp_path):
+def test_no_layout_holds_a_weights_folder_whole_and_check_refuses_accelerate_s_fsdp2_with_one(
+    write, tmp_path
+):
     """Every layout reads a weights folder rank by rank (its shards, partitions or slices) or
-    tensor by tensor onto its device, except the accelerate runtime's FSDP2: its rank 0 loads
-    the folder whole (fp32) and accelerate sends the shards, which estimate shows and check
-    warns of; elsewhere there is no loading line."""
-    from benchc.plan.loading import host_loading, weights_by_rank
+    tensor by tensor onto its device; the accelerate runtime's FSDP2 would have rank 0 load it
+    whole (accelerate's own loading), so check refuses it at weights, saying what to use;
+    --smoke (random weights) and accelerate's FSDP2 without weights stay allowed."""
+    from benchc.plan.loading import weights_by_rank
 
-    model = _save(tmp_path / "w", "qwen2", tie_word_embeddings=True)
-    params = sum(p.numel() for p in model.parameters())
+    _save(tmp_path / "w", "qwen2", tie_word_embeddings=True)
     path = write("w.bench", f'experiment w {{\n  model causal_lm {{ weights = "{tmp_path / "w"}" }}\n'
                  "  infer { batch = 2 }\n  cluster { devices_per_node = 2 }\n  parallel { tensor = 2 }\n"
                  "  targets = [gaudi2, h100]\n}\n")  # fmt: skip
     gaudi, cuda = plan_spec(path, ["gaudi2", "h100"]).plans
     assert weights_by_rank(cuda) == weights_by_rank(gaudi) == "shards"
-    assert host_loading(cuda) is host_loading(gaudi) is None
     text = path.read_text().replace("infer { batch = 2 }", TRAIN.replace("fp32", "bf16"))
     path.write_text(text.replace("  parallel { tensor = 2 }\n", ""))
     layouts = {"none": "tensors", "zero2": "tensors", "zero3": "partitions", "fsdp": "shards"}
     for sharding, reading in layouts.items():
         (plan,) = plan_spec(path, ["h100"], [f"parallel.sharding={sharding}"]).plans
-        assert weights_by_rank(plan) == reading and host_loading(plan) is None, sharding
-        (plan,) = plan_spec(path, ["h100"], [f"parallel.sharding={sharding}", "runtime=accelerate"]).plans
-        assert weights_by_rank(plan) == (None if sharding == "fsdp" else reading), sharding
-    assert host_loading(plan).bytes_per_node == 4 * params
+        assert weights_by_rank(plan) == reading, sharding
+        if sharding != "fsdp":
+            (plan,) = plan_spec(path, ["h100"], [f"parallel.sharding={sharding}", "runtime=accelerate"]).plans
+            assert weights_by_rank(plan) == reading, sharding
     sets = ["-t", "h100", "--set", "runtime=accelerate", "--set", "parallel.sharding=fsdp"]
-    (record,) = json.loads(run_cli("estimate", str(path), "--json", *sets).out)["estimates"]
-    assert record["loading"]["bytes_per_node"] == 4 * params
-    assert "of host memory: rank 0 loads the folder whole" in run_cli("estimate", str(path), *sets).out
-    warned = run_cli("check", str(path), *sets)  # located at the folder, with the layout that avoids it
-    assert warned.code == 0 and f"{path}:2:31: warning: h100 / " in warned.err
-    assert "of host memory on rank 0 while loading" in warned.err and "runtime = torch reads" in warned.err
-    assert "warning" not in run_cli("check", str(path), "-t", "h100").err
-    (record,) = json.loads(run_cli("estimate", str(path), "--json", "-t", "h100").out)["estimates"]
-    assert record["loading"] is None
+    refused = run_cli("check", str(path), *sets)
+    assert (
+        refused.code == 2
+        and f"{path}:2:31: error: h100 / runtime-accelerate: under runtime = accelerate" in refused.err
+    )
+    assert "load the weights folder whole on rank 0" in refused.err and "set runtime = torch" in refused.err
+    assert run_cli("compile", str(path), "-o", str(tmp_path / "out"), *sets).code == 2
+    assert not (tmp_path / "out").exists()  # nothing written
+    assert run_cli("check", str(path), "--smoke", *sets).code == 0
+    path.write_text(
+        path.read_text().replace(f'weights = "{tmp_path / "w"}"', f"{FAMILY_SETTINGS['qwen2']}; {SHAPE}")
+    )
+    assert run_cli("check", str(path), *sets).code == 0, "random weights under accelerate's FSDP2"

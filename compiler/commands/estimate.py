@@ -88,18 +88,6 @@ def _flops_lines(plan) -> list[str]:
             "and VAE not counted"]  # fmt: skip
 
 
-def _loading_record(plan) -> dict | None:
-    """The host memory a whole load of the weights folder takes (None: no folder, or each rank
-    reads only its part or its tensors one at a time)."""
-    from ..plan.loading import host_loading
-
-    loading = host_loading(plan)
-    if loading is None:
-        return None
-    return {"processes": loading.processes, "bytes_per_process": loading.bytes_per_process,
-            "bytes_per_node": loading.bytes_per_node, "how": loading.how}  # fmt: skip
-
-
 def _active_parameters(plan) -> int | None:
     """A mixture of experts' parameters one token uses; None for a dense model."""
     from ..plan.types import CausalLM
@@ -196,7 +184,6 @@ def _record(plan, calibration=None) -> dict:
         },
         "roofline": line.record(),
         "decode": _decode_record(plan, line),
-        "loading": _loading_record(plan),
         "references": [
             {
                 "label": v.label,
@@ -330,9 +317,6 @@ def _text(record: dict, plan, measured=None) -> str:
         peak = "  <- the peak" if m["build_bytes"] > m["steady_bytes"] else ""
         lines.append(f"    {'(build)':<13}{_gb(m['build_bytes']):>10}  before the parts above: the whole "
                      f"model built ({build_formula(plan)}) before it is sharded or split{peak}")  # fmt: skip
-    if record["loading"]:
-        load = record["loading"]
-        lines.append(f"  loading     {_gb(load['bytes_per_node'])} of host memory: {load['how']}")
     r = record["roofline"]
     training = plan.workload.kind == "train"  # a step: forward+backward, then the optimizer, in turn
     if training:

@@ -6,32 +6,17 @@ One job: `weights_by_rank(plan)` says how each rank reads a weights folder: only
 CUDA, each part DeepSpeed's AutoTP cut under Gaudi's; "partitions": each ZeRO-3 partition),
 every tensor straight onto its device one at a time where each rank holds the whole model
 there ("tensors": one device, DDP, ZeRO-1/2, generation without tensor parallelism), or by
-a library that loads it whole (None: the pipelines, and the accelerate runtime's FSDP2, whose
-rank 0 loads the folder and sends the shards). And `host_loading(plan)` what loading it
-whole takes of the host: that rank 0 holds the whole model in fp32 (transformers' default
-dtype), 4 B x P.
-The code generator and `estimate` both read these; a program's own loading code is in
-templates/core_meta.py.j2.
+a library (None: the pipelines, whose parts diffusers loads, and the accelerate runtime's
+FSDP2, whose rank 0 would load the folder whole and send the shards: check refuses that,
+validate/fits.py's refuse_whole_loading). The code generator reads it; a program's own loading
+code is in templates/core_meta.py.j2.
 """
 
 from __future__ import annotations
 
-from ..records import frozen
 from .types import Plan
 
-FP32 = 4
 READ_BY_RANK = ("causal_lm", "flux")  # model kinds whose programs can read weights rank by rank
-
-
-@frozen
-class HostLoading:
-    processes: int  # the node's processes, each loading the folder whole
-    bytes_per_process: float
-    how: str
-
-    @property
-    def bytes_per_node(self) -> float:
-        return self.processes * self.bytes_per_process
 
 
 def weights_by_rank(plan: Plan) -> str | None:
@@ -48,16 +33,3 @@ def weights_by_rank(plan: Plan) -> str | None:
     if dims.meta_init and (dims.fsdp if dims.training else dims.tensor_parallel):
         return "shards"
     return "tensors"
-
-
-def host_loading(plan: Plan) -> HostLoading | None:
-    """What loading a causal LM's or a Flux transformer's weights folder whole takes of the
-    host; None where no folder is loaded whole (no weights, or each rank reads its part or
-    its tensors one at a time). The one such layout is the accelerate runtime's FSDP2: rank 0
-    builds the whole model from the folder (from_pretrained, fp32) and accelerate sends each
-    rank its shards from there (cpu_ram_efficient_loading), as a Hugging Face script does."""
-    if plan.model.kind not in READ_BY_RANK or plan.model.weights is None or weights_by_rank(plan):
-        return None
-    how = ("rank 0 loads the folder whole in fp32 (from_pretrained, 4 B x P) and accelerate sends each "
-           "rank its shards from it (cpu_ram_efficient_loading)")  # fmt: skip
-    return HostLoading(1, float(FP32 * plan.model.census.params), how)

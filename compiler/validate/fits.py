@@ -8,8 +8,8 @@ The warning sits at the setting that causes the overflow: the batch when what gr
 
 The cpu target states no memory: there the capacity is this host's (plan/memory/estimate.py's
 host_memory), which the node's processes share, so what must fit is the per-process total x
-processes per node. check_host_loading warns of the one layout whose rank 0 loads a weights
-folder whole on its host (the accelerate runtime's FSDP2). smoke_advice is the note for a
+processes per node. refuse_whole_loading refuses the one layout whose rank 0 would load a
+weights folder whole on its host (the accelerate runtime's FSDP2). smoke_advice is the note for a
 full-size cpu plan: --smoke is what most users want there.
 """
 
@@ -172,19 +172,28 @@ def check_fits(plan: Plan, resolved: Resolved) -> list[Diagnostic]:
     ]
 
 
-def check_host_loading(plan: Plan, resolved: Resolved) -> list[Diagnostic]:
-    """A located warning where rank 0 loads the weights folder whole on its host (plan/
-    loading.py's host_loading): every other layout reads each rank's part or each tensor."""
-    from ..plan.loading import host_loading
+def refuse_whole_loading(plan: Plan, resolved: Resolved) -> list[Diagnostic]:
+    """A located error where a rank would hold a whole weights folder in host memory: the
+    accelerate runtime's FSDP2 loads as accelerate does (cpu_ram_efficient_loading: rank 0
+    builds the whole model from the folder, in fp32, and sends each rank its shards), and
+    accelerate's FSDP2 prepare() cannot take a model the program sharded and read itself.
+    Every other layout reads each rank's part, or each tensor onto its device
+    (plan/loading.py). Not for --smoke, which runs random weights."""
+    from ..plan.loading import READ_BY_RANK, weights_by_rank
 
-    loading = host_loading(plan)
-    if loading is None:
+    m = plan.model
+    if plan.smoke or m.kind not in READ_BY_RANK or m.weights is None or weights_by_rank(plan):
+        return []
+    if not (plan.runtime == "accelerate" and plan.dims.fsdp):
         return []
     at = resolved.settings.span(("model", resolved.model_kind, "weights"))
-    message = (f"{plan.target.name} / {plan.point}: {_gb(loading.bytes_per_node)} of host memory on "
-               f"rank 0 while loading: {loading.how}")  # fmt: skip
-    return [Diagnostic(message, at, hint="runtime = torch reads only each rank's shards under FSDP2",
-                       severity="warning")]  # fmt: skip
+    whole = _gb(4 * m.census.params)
+    message = (f"{plan.target.name} / {plan.point}: under runtime = accelerate, FSDP2 would load the "
+               f"weights folder whole on rank 0 ({whole} of host memory, fp32) and send each rank its "
+               "shards: no rank may hold the whole model in host memory")  # fmt: skip
+    hint = ("set runtime = torch, whose FSDP2 reads only each rank's shards; or leave weights out to "
+            "benchmark accelerate with random weights")  # fmt: skip
+    return [Diagnostic(message, at, hint=hint)]
 
 
 def smoke_advice(plan: Plan) -> str | None:
