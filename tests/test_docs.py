@@ -130,3 +130,16 @@ def test_the_compiler_needs_only_what_the_readme_says():
     ]
     readme = (REPO / "README.md").read_text()
     assert "The compiler needs only `lark`, `jinja2` and `jsonschema`" in readme
+
+
+def test_the_wheel_lists_every_package_of_the_compiler():
+    """pyproject.toml names the wheel's packages one by one (the folders map into benchc):
+    a new sub-package left off the list installs a benchc that fails at import."""
+    import tomllib
+
+    setuptools = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    folders = {
+        ".".join(("benchc", *init.parent.relative_to(REPO / "compiler").parts))
+        for init in (REPO / "compiler").rglob("__init__.py")
+    }
+    assert folders <= set(setuptools["packages"]), sorted(folders - set(setuptools["packages"]))
