@@ -38,9 +38,17 @@ def load_program(path: Path):
 
 
 class FrameCounter:
-    """A torch.compile backend that counts the graphs it is given and their nodes."""
+    """A torch.compile backend that counts the graphs it is given and their nodes.
+
+    It starts from a fresh dynamo: dynamo remembers, for the whole process, which sizes of a
+    function's inputs changed, keyed by the function's file *contents* (torch/_dynamo/pgo.py's
+    CodeId), so an identical generated program compiled earlier in the same test worker would
+    have its first graph come out dynamic already, and one graph fewer would be counted."""
 
     def __init__(self) -> None:
+        import torch
+
+        torch._dynamo.reset()
         self.graphs = []
 
     def __call__(self, graph_module, example_inputs):

@@ -172,7 +172,6 @@ def test_regional_compilation_does_not_grow_with_depth(tmp_path, spec, settings)
     module = load_program(compile_point(tmp_path, spec, "train.compile=true") / "bench.py")
     seen = {}
     for depth in (2, 4, 8):
-        torch._dynamo.reset()
         model_plan = json.loads(json.dumps(module.PLAN["model"]))
         model_plan["config"].update(dict.fromkeys(settings, depth))
         torch.manual_seed(0)
@@ -197,7 +196,6 @@ def test_the_pipelines_mmdit_is_compiled_block_by_block_whatever_its_depth(tmp_p
     assert module.PLAN["optimize"]["knobs"]["compile"] == "regional"
     seen = {}
     for depth in (2, 4, 8):
-        torch._dynamo.reset()
         model_plan = json.loads(json.dumps(module.PLAN["model"]))
         model_plan["config"]["num_layers"] = depth
         torch.manual_seed(0)
