@@ -28,7 +28,8 @@ def in_repo():
 def s1_files(target: str, smoke: bool = False, overrides=(), point: str = "batch-16") -> dict:
     with in_repo():
         plans = plan_spec(S1, targets=[target], overrides=list(overrides), smoke=smoke).plans
-    plan = next(p for p in plans if p.point == point) if len(plans) > 1 else plans[0]
+    # a --set that changes a value names the point after the sweep's part: batch-16_precision-fp16
+    plan = next(p for p in plans if p.point.split("_")[0] == point) if len(plans) > 1 else plans[0]
     return render_point(plan)
 
 

@@ -23,7 +23,7 @@ from benchc.pipeline import plan_spec
 from benchc.plan.census import _shipped, canonical, count_afresh
 from benchc.plan.census_table import preset_configs
 
-from helpers import run_cli
+from helpers import point_in, run_cli
 
 FAMILY_SETTINGS = {
     "llama": 'model_type = "llama"',
@@ -173,7 +173,8 @@ def test_each_family_decodes_transformers_greedy_tokens(write, tmp_path, family)
     path = family_spec(write, family)
     result = run_cli("compile", str(path), "-o", str(tmp_path / "out"))
     assert result.code == 0, result.err
-    loop = _decodes_greedy_tokens(load_program(tmp_path / "out/fam/cpu/default/bench.py"), plan_of(path))
+    program = load_program(point_in(tmp_path / "out/fam/cpu") / "bench.py")
+    loop = _decodes_greedy_tokens(program, plan_of(path))
     if family == "mistral":  # its window's layers read from the window's first bucket on
         assert loop.cache.sliding == frozenset({0, 1}) and loop.cache.window_from > 0
 
@@ -209,9 +210,9 @@ def test_each_family_trains_and_generates_on_the_cpu(write, tmp_path, family):
         path = family_spec(write, family, work, name=name)
         out = tmp_path / f"out-{work[:5]}"
         assert run_cli("compile", str(path), "-o", str(out)).code == 0
-        result = run_cli("run", str(out / "fam/cpu/default"), "--db", str(tmp_path / "r.db"))
+        result = run_cli("run", str(point_in(out / "fam/cpu")), "--db", str(tmp_path / "r.db"))
         assert result.code == 0, result.out[-2000:] + result.err[-2000:]
-        metrics = json.loads(next((out / "fam/cpu/default/runs").glob("*/metrics.json")).read_text())
+        metrics = json.loads(next((point_in(out / "fam/cpu") / "runs").glob("*/metrics.json")).read_text())
         assert metrics["status"] == "ok"
         if work == TRAIN:
             assert all(loss == loss and loss > 0 for loss in metrics["loss"]["all"])
@@ -234,7 +235,7 @@ def test_a_window_on_some_layers_only_decodes_transformers_greedy_tokens(tmp_pat
     plan = plan_of(path)
     assert plan.model.census.windows == (None, 8) and plan.model.sliding_window == 8
     assert run_cli("compile", str(path), "-o", str(tmp_path / "out")).code == 0
-    loop = _decodes_greedy_tokens(load_program(tmp_path / "out/fam/cpu/default/bench.py"), plan)
+    loop = _decodes_greedy_tokens(load_program(point_in(tmp_path / "out/fam/cpu") / "bench.py"), plan)
     assert loop.cache.sliding == frozenset({1}) and loop.cache.window_from > 0  # layer 1 only
 
 
@@ -350,7 +351,7 @@ def test_tensor_parallel_generation_by_the_models_own_plan_on_two_cpus(write, tm
                        targets="cpu")  # fmt: skip
     sets = ["--set", "cluster.devices_per_node=2", "--set", "parallel.tensor=2"]
     assert run_cli("compile", str(path), "-o", str(tmp_path / "out"), *sets).code == 0
-    point = tmp_path / "out/fam/cpu/default"
+    point = point_in(tmp_path / "out/fam/cpu")
     program = (point / "bench.py").read_text()
     assert "model.config.base_model_tp_plan.items()" in program
     metrics = _launch(point)
@@ -400,7 +401,7 @@ def test_fsdp2_trains_a_mixture_of_experts_wrapping_its_own_decoder_layer_on_two
         "train.batch=1",
     ]
     assert run_cli("compile", str(path), "-o", str(tmp_path / "out"), *sets).code == 0
-    point = tmp_path / "out/fam/cpu/default"
+    point = point_in(tmp_path / "out/fam/cpu")
     metrics = _launch(point)
     assert metrics["status"] == "ok" and metrics["world_size"] == 2
     assert metrics["runtime_detail"]["wrapper"] == "FSDPQwen3MoeForCausalLM"
@@ -477,7 +478,7 @@ def test_a_weights_folder_of_any_family_gives_the_model_and_is_run(write, tmp_pa
     assert plan.model.model_type == family and plan.cost.params == sum(p.numel() for p in model.parameters())
     assert plan.model.tie_embeddings == bool(config.get("tie_word_embeddings"))
     assert run_cli("compile", str(path), "-o", str(tmp_path / "out")).code == 0
-    result = run_cli("run", str(tmp_path / "out/fam/cpu/default"), "--db", str(tmp_path / "r.db"))
+    result = run_cli("run", str(point_in(tmp_path / "out/fam/cpu")), "--db", str(tmp_path / "r.db"))
     assert result.code == 0, result.out[-2000:] + result.err[-2000:]
 
 
@@ -517,12 +518,12 @@ def test_each_rank_reads_only_its_part_of_a_sharded_checkpoint(write, tmp_path):
         args = [a for s in sets for a in ("--set", s)]
         assert run_cli("compile", str(path), "-o", str(tmp_path / out), *args).code == 0
         if gaudi_split:
-            as_gaudi_split(tmp_path / out / "fam/cpu/default/bench.py")
+            as_gaudi_split(point_in(tmp_path / out / "fam/cpu") / "bench.py")
         prefix = tmp_path / f"{out}-read"
         env = {**counted, "BENCHC_TEST_READCOUNT": str(prefix)}
         if not sets:  # one process: no launcher names its rank for the counter
             env.update(RANK="0", WORLD_SIZE="1")
-        metrics = _launch(tmp_path / out / "fam/cpu/default", env)
+        metrics = _launch(point_in(tmp_path / out / "fam/cpu"), env)
         reads = [json.loads(p.read_text()) for p in sorted(tmp_path.glob(f"{out}-read.*.json"))]
         return metrics, reads
 
@@ -569,12 +570,12 @@ def test_a_rank_that_holds_the_whole_model_reads_it_tensor_by_tensor_onto_its_de
     def run(out: str, *sets: str) -> tuple[dict, list]:
         args = [a for s in sets for a in ("--set", s)]
         assert run_cli("compile", str(path), "-o", str(tmp_path / out), *args).code == 0
-        program = (tmp_path / out / "fam/cpu/default/bench.py").read_text()
+        program = (point_in(tmp_path / out / "fam/cpu") / "bench.py").read_text()
         assert "AutoModelForCausalLM.from_pretrained" not in program
         env = {"PYTHONPATH": str(REPO / "tests" / "readcount"), "BENCHC_TEST_READCOUNT": str(tmp_path / out)}
         if not sets:
             env.update(RANK="0", WORLD_SIZE="1")
-        metrics = _launch(tmp_path / out / "fam/cpu/default", env)
+        metrics = _launch(point_in(tmp_path / out / "fam/cpu"), env)
         return metrics, [json.loads(p.read_text()) for p in sorted(tmp_path.glob(f"{out}.*.json"))]
 
     generated, reads = run("gen")
@@ -689,9 +690,9 @@ def test_a_tied_head_read_from_local_weights_stays_the_embedding_when_split(writ
         args = [a for s in sets for a in ("--set", s)]
         assert run_cli("compile", str(path), "-o", str(tmp_path / out), *args).code == 0
         if gaudi_split:
-            as_gaudi_split(tmp_path / out / "fam/cpu/default/bench.py")
+            as_gaudi_split(point_in(tmp_path / out / "fam/cpu") / "bench.py")
         alone = {} if sets else {"RANK": "0", "WORLD_SIZE": "1"}
-        return _launch(tmp_path / out / "fam/cpu/default", alone)
+        return _launch(point_in(tmp_path / out / "fam/cpu"), alone)
 
     tokens = run("one")["generation"]["first_sequence"]
     for name, gaudi_split in (("tp", False), ("gaudi", True)):
@@ -731,7 +732,8 @@ def test_no_layout_holds_a_weights_folder_whole_and_check_refuses_accelerate_s_f
     refused = run_cli("check", str(path), *sets)
     assert (
         refused.code == 2
-        and f"{path}:2:31: error: h100 / runtime-accelerate: under runtime = accelerate" in refused.err
+        and f"{path}:2:31: error: h100 / runtime-accelerate_sharding-fsdp: under runtime = accelerate"
+        in refused.err
     )
     assert "load the weights folder whole on rank 0" in refused.err and "set runtime = torch" in refused.err
     assert run_cli("compile", str(path), "-o", str(tmp_path / "out"), *sets).code == 2

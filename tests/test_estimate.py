@@ -400,17 +400,17 @@ def test_check_warns_of_a_point_that_cannot_fit_and_strict_refuses_it():
     plain = run_cli("check", "specs/beluga-train.bench", "-t", "h100", *TOO_BIG, cwd=REPO)
     assert plain.code == 0, plain.err
     assert plain.out.startswith("ok: ")
-    assert re.match(r"^--set\[1\]:1:13: warning: h100 / default will not fit in memory: [\d.,]+ GB per "
-                    r"device, [\d.,]+ GB over the 80 GB of one h100", plain.err)  # fmt: skip
+    assert re.match(r"^--set\[1\]:1:13: warning: h100 / batch-64_global_batch-32768 will not fit in memory: "
+                    r"[\d.,]+ GB per device, [\d.,]+ GB over the 80 GB of one h100", plain.err)  # fmt: skip
     assert "^^" in plain.err and "train.batch = 17 or less fits" in plain.err
     strict = run_cli("check", "--strict", "specs/beluga-train.bench", "-t", "h100", *TOO_BIG, cwd=REPO)
     assert strict.code == 2 and strict.out == ""
-    assert re.match(r"^--set\[1\]:1:13: error: h100 / default will not fit in memory", strict.err)
+    assert re.match(r"^--set\[1\]:1:13: error: h100 / batch-64_global_batch-32768 will not fit", strict.err)
     # the model overflows: at the model (inference builds in its precision, so no build peak)
     states = run_cli("check", "specs/sd3-infer.bench", "-t", "h100", "--set", "model.sd3.depth=120", cwd=REPO)
     assert states.code == 0
     assert states.err.startswith("--set[1]:1:17: warning: ")
-    assert "warning: h100 / default will not fit" in states.err
+    assert "warning: h100 / depth-120 will not fit" in states.err
     assert "the peak is the build" not in states.err
     # an MMDiT built whole in fp32 before FSDP2 shards it: the build is the peak, at the model
     sets = ["--set", "model.mmdit.depth=96", "--set", "parallel.sharding=fsdp", "--set", "train.batch=16"]

@@ -149,13 +149,13 @@ def test_sd3_pipeline_flops_per_image_match_torch_flop_counter(tmp_path):
     import subprocess
     import sys
 
-    from helpers import REPO, run_cli
+    from helpers import REPO, point_in, run_cli
 
     sets = ["--set", "infer.attention=eager", "--set", "infer.steps=2", "--set", "infer.warmup=1"]
     assert (
         run_cli("compile", "specs/sd3-infer.bench", "--smoke", *sets, "-o", str(tmp_path), cwd=REPO).code == 0
     )
-    point = tmp_path / "sd3_large_infer/cpu/default-smoke"
+    point = point_in(tmp_path / "sd3_large_infer/cpu")
     script = tmp_path / "probe.py"
     script.write_text(SD3_PROBE)
     proc = subprocess.run([sys.executable, str(script), str(point)], capture_output=True, text=True,

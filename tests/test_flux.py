@@ -22,7 +22,7 @@ from benchc.pipeline import plan_spec
 from benchc.plan.census import _shipped_flux, canonical, count_flux_afresh
 from benchc.plan.census_table import flux_preset_configs
 
-from helpers import run_cli
+from helpers import point_in, run_cli
 
 SHAPE = (
     "depth = 2; single_depth = 2; heads = 2; head_dim = 32; joint_attention_dim = 64; "
@@ -456,7 +456,7 @@ def test_fsdp2_and_zero3_ranks_each_read_only_their_part_of_a_sharded_transforme
                "BENCHC_TEST_READCOUNT": str(tmp_path / f"{out}-read")}  # fmt: skip
         if not sets:  # one process: no launcher names its rank for the counter
             env.update(RANK="0", WORLD_SIZE="1")
-        point = tmp_path / out / "fx/cpu/default"
+        point = point_in(tmp_path / out / "fx/cpu")
         proc = launch_nodes(point, env)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         reads = [json.loads(p.read_text()) for p in sorted(tmp_path.glob(f"{out}-read.*.json"))]

@@ -22,7 +22,7 @@ from system_tools import Unavailable, ensure
 
 from benchc.catalog.targets import TARGETS
 
-from helpers import REPO, SPECS, run_cli
+from helpers import REPO, SPECS, point_in, run_cli
 
 # every test here starts processes (bash, shellcheck, torchrun, benchc)
 pytestmark = pytest.mark.integration
@@ -39,7 +39,7 @@ def builds(tmp_path_factory) -> Path:
             result = run_cli("compile", f"specs/{spec}", "-t", target, "--sbatch", "-o", str(out), cwd=REPO)
             assert result.code == 0, result.err
         assert run_cli("compile", f"specs/{spec}", "--smoke", "-o", str(out), cwd=REPO).code == 0
-    # the training specs under runtime = accelerate too: accelerate launch (points named *_runtime-*)
+    # the training specs under runtime = accelerate too: accelerate launch (points *runtime-accelerate*)
     for spec in ("sd3.bench", "sd3-scale.bench", "beluga-train.bench"):
         for target in TARGETS:
             sets = ["--set", "runtime=accelerate", "--set", "train.precision=bf16", "--sbatch"]
@@ -197,7 +197,7 @@ def test_gaudi_deepspeed_and_multi_node_runs_use_deepspeeds_launcher(builds, slu
     result = run_cli("compile", "specs/beluga-train.bench", "-t", "gaudi2", *(f"--set={s}" for s in sets),
                      "-o", str(tmp_path), cwd=REPO)  # fmt: skip
     assert result.code == 0, result.err
-    args = deepspeed_args(dry_run(tmp_path / "beluga_70b_train/gaudi2/default"))
+    args = deepspeed_args(dry_run(point_in(tmp_path / "beluga_70b_train/gaudi2")))
     assert (args.num_nodes, args.num_gpus, args.no_local_rank, args.user_script) == (1, 8, True, "bench.py")
     # 32 Gaudi nodes under Slurm: a hostfile written from the allocation, run on the first node
     point = builds / "sd3_mmdit_scale/gaudi2/nodes-32"

@@ -89,6 +89,36 @@ def test_set_overrides_and_replaces_a_sweep(plan_text):
     assert {p.workload.micro_batch for p in plans} == {8}
     assert plans[0].workload.optimizer.args == {"lr": 0.1, "momentum": 0.9}
     assert plans[0].overrides == ("train.batch=8", "train.optimizer=sgd(lr = 0.1, momentum = 0.9)")
+    assert {p.point for p in plans} == {"batch-8_optimizer-sgd"}
+    assert dict(plans[0].point_values) == {
+        "train.batch": 8, "train.optimizer": {"fn": "sgd", "args": {"lr": 0.1, "momentum": 0.9}},
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(("extra", "overrides", "point"), [
+    ("", ["train.precision=fp32"], "precision-fp32"),  # the spec says nothing: named
+    ("", ["train.batch=16"], "default"),  # restates the spec's value
+    ("", ["train.batch=4", "train.batch=16"], "default"),  # the last of one key counts
+    ("", ["targets=[h100]", "prices.per_device_hour.h100=3.5"], "default"),  # not a point's value
+    ("", ['slurm.partition="gpu"'], "default"),  # where the job is queued
+    ("", ["optimize=tuned", "runtime=torch"], "default"),  # their defaults
+    ("", ["optimize=plain"], "optimize-plain"),
+    ("sweep train.batch = [16, 32]", ["train.batch=16"], "batch-16"),  # the sweep's point's name
+    ("sweep train.batch = [16, 32]", ["train.precision=fp32"],
+     "batch-16_precision-fp32 batch-32_precision-fp32"),
+    ("on h100 { train.batch = 8 }", ["train.batch=8"], "batch-8"),  # each target: one name
+    ("on gaudi2 { train.precision = bf16 }", ["train.precision=bf16", "optimize=plain"],
+     "precision-bf16_optimize-plain"),
+])  # fmt: skip
+def test_a_set_that_changes_the_spec_s_value_names_the_point(plan_text, extra, overrides, point):
+    """A --set giving another value than the spec's names the point (issue 36, item 5), so a
+    bf16 build and the spec's fp32 one are never stored or reported under one name; every
+    target's point has the same name, and the values named are the point's values."""
+    plans = plan_text(BASE.format(extra=extra), overrides=overrides)
+    assert sorted({p.point for p in plans}) == point.split()
+    for plan in plans:  # each name part is one of the point's values
+        parts = {f"{key.split('.')[-1]}-{value}" for key, value in plan.point_values}
+        assert plan.point == "default" if not parts else set(plan.point.split("_")) == parts
 
 
 def test_set_type_error_is_located_in_the_argument(plan_text):

@@ -29,7 +29,7 @@ import pytest
 
 from benchc.results.store import Store
 
-from helpers import REPO, run_cli
+from helpers import REPO, point_in, run_cli
 
 pytestmark = pytest.mark.integration
 
@@ -124,7 +124,7 @@ def one_process_point(tmp_path_factory) -> Path:
                      "--set", "cluster.devices_per_node=1", "--set", "parallel.data=1",
                      "--set", "train.batch=16", "-o", str(out), cwd=REPO)  # fmt: skip
     assert result.code == 0, result.err
-    return out / "sd3_mmdit_train/cpu/default-smoke"
+    return point_in(out / "sd3_mmdit_train/cpu")
 
 
 @pytest.mark.parametrize("job_end, status", [("past", "timeout")])
@@ -173,7 +173,7 @@ def compiled_point(tmp_path_factory) -> Path:
                      "--set", "cluster.devices_per_node=1", "--set", "parallel.data=1", "--set",
                      "train.batch=16", "--set", "train.compile=true", "-o", str(out), cwd=REPO)  # fmt: skip
     assert result.code == 0, result.err
-    point = out / "sd3_mmdit_train/cpu/default-smoke"
+    point = point_in(out / "sd3_mmdit_train/cpu")
     assert '"compile": "regional"' in (point / "bench.py").read_text()
     return point
 

@@ -114,7 +114,7 @@ def test_the_plan_shows_the_tier_and_a_point_under_plain_is_named_for_it():
     with in_repo():
         swept = plan_spec(Path("specs/sd3.bench"), targets=["h100"],
                           overrides=["train.batch=16"], smoke=False).plans  # fmt: skip
-    assert [p.point for p in swept] == ["default"] and swept[0].tuning.tier == "tuned"
+    assert [p.point for p in swept] == ["batch-16"] and swept[0].tuning.tier == "tuned"
     bad = run_cli("check", "specs/sd3.bench", "--set", "optimize=fastest", cwd=REPO)
     assert bad.code == 2 and "--set[1]:1:10" in bad.err and "plain, tuned" in bad.err
 

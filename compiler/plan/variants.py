@@ -21,6 +21,7 @@ from ..frontend.parser import parse_text
 from ..records import frozen
 
 MAX_POINT_CHARS = 120  # a point names a folder; the file system takes 255
+UNNAMED = ("slurm",)  # where and how a job is queued: a --set of it does not name the point
 UNSWEEPABLE = ("targets", "reference", "on", "description", "prices")
 
 
@@ -176,6 +177,7 @@ def expand(
     names = [_point_name(axes, choice) for choice in points]
     if len(set(names)) != len(names):
         names = [f"{name}-{i}" for i, name in enumerate(names)]
+    named = _named_overrides(document, overrides)
     variants = []
     for target in targets:
         for choice, name in zip(points, names):
@@ -189,7 +191,8 @@ def expand(
                 settings.set(override.path, override.value, key_span=override.key_span)
                 record_origins(settings.overlay, override.path, override.node, override.key_span)
             values = tuple((".".join(axis.path), axis.values[index]) for axis, index in zip(axes, choice))
-            point, values = _with_named_settings(name, values, settings)
+            point, values = _with_set_values(name, values, named)
+            point, values = _with_named_settings(point, values, settings)
             variants.append(Variant(target, point, values, settings))
     return variants
 
@@ -227,25 +230,61 @@ def _with_named_settings(name: str, values: tuple, settings: Settings) -> tuple[
     return name, values
 
 
-def _point_name(axes, choice) -> str:
-    if not axes:
-        return "default"
-    parts = []
-    for axis, index in zip(axes, choice):
-        value = axis.values[index]
-        if isinstance(value, bool):
-            shown = str(value).lower()
-        elif _is_call(value):
-            shown = value["fn"]
-        else:
-            shown = str(value)
-        shown = re.sub(r"[^A-Za-z0-9.+-]", "_", shown)
-        parts.append(f"{axis.path[-1]}-{shown}")
-    name = "_".join(parts)
-    if len(name) > MAX_POINT_CHARS:  # a folder name: keep it short, and still unique
+def _named_overrides(document: Document, overrides: list[Override]) -> list[Override]:
+    """The --set arguments that name the point: each that gives a value other than the spec's
+    own (its includes counted, `on TARGET` not, so every target's point has the same name),
+    the last of several for one key. What cannot be swept (targets, prices) and where a job
+    is queued (slurm) name nothing; `runtime` and `optimize` absent from the spec are
+    compared with their defaults."""
+    defaults = dict(NAMED_SETTINGS)
+    last = {o.path: o for o in overrides if o.path[0] not in (*UNSWEEPABLE, *UNNAMED)}
+    named = []
+    for path, override in last.items():
+        spec_value = document.get(path)
+        if spec_value is None and len(path) == 1:
+            spec_value = defaults.get(path[0])
+        if path in document.sweeps or _key(spec_value) != _key(override.value):
+            named.append(override)
+    return named
+
+
+def _key(value) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _with_set_values(name: str, values: tuple, named: list[Override]) -> tuple[str, tuple]:
+    """A point's name and values with the --set values that name it: `precision-bf16`, or
+    `batch-16_precision-bf16` on a sweep's point, never `default`."""
+    if not named:
+        return name, values
+    parts = [] if name == "default" else [name]
+    parts += [f"{o.path[-1]}-{_shown(o.value)}" for o in named]
+    return _short("_".join(parts)), values + tuple((".".join(o.path), o.value) for o in named)
+
+
+def _shown(value) -> str:
+    if isinstance(value, bool):
+        shown = str(value).lower()
+    elif _is_call(value):
+        shown = value["fn"]
+    else:
+        shown = str(value)
+    return re.sub(r"[^A-Za-z0-9.+-]", "_", shown)
+
+
+def _short(name: str) -> str:
+    """A folder name: at most MAX_POINT_CHARS, and still unique."""
+    if len(name) > MAX_POINT_CHARS:
         digest = hashlib.sha256(name.encode()).hexdigest()[:10]
         name = f"{name[: MAX_POINT_CHARS - 11]}-{digest}"
     return name
+
+
+def _point_name(axes, choice) -> str:
+    if not axes:
+        return "default"
+    parts = (f"{axis.path[-1]}-{_shown(axis.values[index])}" for axis, index in zip(axes, choice))
+    return _short("_".join(parts))
 
 
 def raise_if(diagnostics) -> None:

@@ -54,7 +54,7 @@ def manifest_near(path: Path, metrics: dict, read: dict | None = None) -> Build:
     manifest, refusal = read[found]
     if refusal:
         return Build(None, refusal)
-    # a point's name may differ (a sweep fixed by --set is "default")
+    # experiment and target only: the metrics name their own point
     if (manifest.experiment, manifest.target) != (metrics["experiment"], metrics["target"]):
         theirs = f"{manifest.experiment} / {manifest.target}"
         return Build(None, f"the build manifest '{found}' is of {ascii(theirs)}, not of this run")

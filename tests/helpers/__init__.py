@@ -107,3 +107,10 @@ def heavy_modules_imported_by(*commands: list[str]) -> list[str]:
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     return eval(proc.stdout.strip().splitlines()[-1])  # a list literal printed by the child
+
+
+def point_in(folder: Path) -> Path:
+    """The one build point compiled under a target's folder, whatever its name (a --set that
+    changes a value names the point: `default` becomes `tensor-2`)."""
+    (point,) = {p.parent for p in Path(folder).glob("*/bench.py")}
+    return point

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# benchc launcher: beluga_70b_train / cpu / runtime-accelerate
+# benchc launcher: beluga_70b_train / cpu / runtime-accelerate_precision-bf16
 # 2 node(s) x 1 process(es) = world size 2.
 # accelerate launch with this build's accelerate.yaml (the runtime is accelerate).
 #
