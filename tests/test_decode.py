@@ -114,6 +114,17 @@ def test_tuned_decoding_waits_for_the_device_at_no_token_and_plain_generate_at_e
     assert len(tuned["generation"]["first_sequence"]) == tokens
     for metrics in (tuned, plain):  # timed the same way
         assert metrics["status"] == "ok" and metrics["generation"]["tpot_s"] > 0
+        # the distributions (issue 36, item 1): TTFT over the measured one-token calls,
+        # inter-token latency from a time mark after every token of the measured full calls
+        # (the marks add no host sync: the counts above are with them on)
+        latency, measured = metrics["generation"]["latency_s"], run["steps"] - run["warmup"]
+        assert latency["ttft"]["samples"] == measured and latency["itl_missing"] is None
+        assert latency["itl"]["samples"] == measured * (tokens - 1)
+        for kind in ("ttft", "itl"):
+            d = latency[kind]
+            assert 0 < d["p50"] <= d["p90"] <= d["p99"] and d["mean"] > 0
+        # the marks and the call's clock agree: the mean gap is the time per output token
+        assert latency["itl"]["mean"] == pytest.approx(metrics["generation"]["tpot_s"], rel=0.5)
 
 
 @pytest.mark.integration

@@ -124,6 +124,15 @@ def test_smoke_run_of_s1_stores_both_points_and_reports_them(tmp_path):
         "Against the roofline (benchc estimate: the least time compute, memory and interconnect allow):"
         in (parsed["paragraphs"])
     )
+    # the step times' distribution (issue 36, item 1), in both pages, from each run's metrics
+    title = "Latency distributions (p50 / p90 / p99; each percentile the median over the trials):"
+    assert title in parsed["paragraphs"] and title in page
+    for record in records:
+        steps = record.metrics["step_time_s"]
+        assert steps["p50"] <= steps["p90"] <= steps["p99"] and steps["p50"] == steps["median"]
+        shown = " / ".join(f"{p} {sig(steps[p] * 1e3)}" for p in ("p50", "p90", "p99"))
+        line = f"cpu at {record.point}: step time {shown} ms (3 steps)"
+        assert f"- {line}" in page and line in (tmp_path / "html" / "report.html").read_text()
 
 
 @pytest.mark.integration
@@ -459,15 +468,25 @@ def test_the_csv_has_the_precision_batch_and_latencies_of_each_run(tmp_path):
 
     def generation(m, value):
         if m["target"] == "h100":
+            ttft = {"p50": 0.05, "p90": 0.06, "p99": 0.07, "mean": 0.055, "samples": 2}
+            itl = {"p50": 0.01, "p90": 0.02, "p99": 0.03, "mean": 0.011, "samples": 62}
             m["generation"] = {"batch": 8, "input_tokens": 16, "output_tokens": 32, "ttft_s": 0.05,
-                               "tpot_s": 0.01, "first_sequence": [1, 2]}  # fmt: skip
+                               "tpot_s": 0.01, "first_sequence": [1, 2],
+                               "latency_s": {"ttft": ttft, "itl": itl, "itl_missing": None}}  # fmt: skip
 
     store_trials(db, {("h100", "batch-8"): [0.01], ("cpu", "batch-8"): [0.02]}, plan, generation)
-    rows = list(csv.DictReader(io.StringIO(benchc("export", "--format", "csv", db=db).stdout)))
+    export = benchc("export", "--format", "csv", db=db)
+    assert export.returncode == 0, export.stderr
+    rows = list(csv.DictReader(io.StringIO(export.stdout)))
     found = {
         r["target"]: (r["precision"], r["batch"], r["ttft_s"], r["tpot_s"], r["s_per_image"]) for r in rows
     }
     assert found == {"h100": ("bf16", "8", "0.05", "0.01", ""), "cpu": ("fp32", "64", "", "", "")}
+    # the distributions (issue 36, item 1): p50, p90, p99 of each kind a run recorded
+    latency = {r["target"]: [r[f"{k}_{p}_s"] for k in ("ttft", "itl", "image") for p in ("p50", "p90", "p99")]
+               for r in rows}  # fmt: skip
+    assert latency == {"h100": ["0.05", "0.06", "0.07", "0.01", "0.02", "0.03", "", "", ""], "cpu": [""] * 9}
+    assert len(set(export.stdout.splitlines()[0].split(","))) == len(export.stdout.splitlines()[0].split(","))
 
 
 @pytest.mark.integration

@@ -18,7 +18,7 @@ import jsonschema
 import pytest
 from memory_checks import MEMTRACE, assert_within_estimate, smoke_plan, traced_env
 
-from helpers import REPO, free_port, run_cli
+from helpers import REPO, free_port, point_in, run_cli
 
 pytestmark = pytest.mark.integration
 
@@ -47,7 +47,8 @@ def compile_smoke(tmp_path, spec: str, experiment: str, *overrides: str) -> Path
     sets = [arg for o in overrides for arg in ("--set", o)]
     result = run_cli("compile", f"specs/{spec}", "--smoke", "-o", str(tmp_path), *sets, cwd=REPO)
     assert result.code == 0, result.err
-    return tmp_path / experiment / "cpu" / "default-smoke"
+    (point,) = {p.parent for p in (tmp_path / experiment / "cpu").glob("*/bench.py")}
+    return point
 
 
 def compile_smoke_and_launch(tmp_path, spec: str, experiment: str, *overrides: str, traced: bool = False):
@@ -197,6 +198,12 @@ def test_sd3_pipeline_makes_images_and_times_the_denoising_loop(tmp_path):
     assert metrics["throughput"]["job"] == pytest.approx(1 / pipeline["s_per_image"], rel=0.5)
     assert metrics["world_size"] == 1
     assert f"s_per_image: {pipeline['s_per_image']:.4g} s/image" in proc.stdout  # not images/s
+    # each image's latency is its call's (issue 36, item 1): over the measured calls
+    latency, calls = pipeline["image_latency_s"], metrics["step_time_s"]["all"]
+    assert latency["samples"] == len(calls) == metrics["steps"]["measured"]
+    assert min(calls) <= latency["p50"] <= latency["p90"] <= latency["p99"] <= max(calls)
+    per_call = pipeline["s_per_image"] * metrics["throughput"]["samples_per_step"]
+    assert latency["p50"] == pytest.approx(per_call)
 
 
 def test_large_model_path_splits_before_allocating(tmp_path):
@@ -249,7 +256,7 @@ def test_fsdp2_peak_memory_stays_near_the_shard_plus_one_block_bound(tmp_path):
         run_cli("compile", "specs/beluga-train.bench", "-t", "cpu", "-o", str(tmp_path), *args, cwd=REPO).code
         == 0
     )
-    point = tmp_path / "beluga_70b_train/cpu/default"
+    point = point_in(tmp_path / "beluga_70b_train/cpu")
     env = {**os.environ, "PYTHON": sys.executable, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(MEMTRACE),
            "BENCHC_TEST_MEMTRACE": str(tmp_path / "mem")}  # fmt: skip
     proc = launch_nodes(point, env, timeout=600)

@@ -337,7 +337,7 @@ def import_lines(
     if kind == "causal_lm":
         need("transformers", "AutoConfig", "AutoModelForCausalLM")
         if workload == "infer":  # core_generate.py.j2's DecodeLoop
-            need("transformers", "StaticCache")
+            need("transformers", "LogitsProcessor", "LogitsProcessorList", "StaticCache")
         if family == "cuda" and workload == "infer":
             need("transformers", "CompileConfig")
         if grouped:  # model_llama.py.j2's grouped_sdpa

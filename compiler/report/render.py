@@ -16,6 +16,7 @@ from ..figures import sig
 from .ceilings import calibration_of, ceiling_lines, decode_copy_share, has_measured, measured_mfu
 from .collect import Row, Section
 from .explain import bound_lines, cost_lines, runtime_lines, split_lines, tier_lines
+from .latency import latency_lines
 from .prices import Prices, valid_currency, valid_price
 from .profile import kernel_lines, profile_lines, profile_table, profiled
 from .setup import setup_lines
@@ -208,6 +209,10 @@ def explanations(section: Section, prices) -> list[tuple[str, list[str]]]:
         found.append(("Where each step's time goes (the profiled steps, by category; the bar chart "
                       "shows the shares)", profile_lines(section) + kernel_lines(section)))  # fmt: skip
     found.append(("Cost per unit of work", cost_lines(section, prices or spec_prices(section))))
+    latencies = latency_lines(section)
+    if latencies:
+        found.append(("Latency distributions (p50 / p90 / p99; each percentile the median over the "
+                      "trials)", latencies))  # fmt: skip
     setups = setup_lines(section)
     if setups:
         found.append(("The setup behind the numbers (each target's latest runs)", setups))

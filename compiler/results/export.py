@@ -15,12 +15,17 @@ import json
 import re
 
 from ..figures import finite_json
+from .latency import KINDS, PERCENTILES, distributions
 from .run_record import RunRecord
+
+# p50, p90 and p99 of each (the steps' p50 and p90 are step_median_s and step_p90_s)
+DISTRIBUTED = tuple(kind for kind, _, _ in KINDS if kind != "step")
 
 CSV_COLUMNS = ("id", "experiment", "target", "point", "smoke", "trial", "status", "cause",
                "throughput", "unit", "per_device", "step_median_s", "step_p90_s",
                "peak_memory_bytes", "mfu", "world_size", "started_at", "ended_at", "spec_sha256",
-               "optimize", "precision", "batch", "ttft_s", "tpot_s", "s_per_image")  # fmt: skip
+               "optimize", "precision", "batch", "ttft_s", "tpot_s", "s_per_image",
+               *(f"{kind}_{p}_s" for kind in DISTRIBUTED for p in PERCENTILES), "step_p99_s")  # fmt: skip
 
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 _DECIMAL = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
@@ -70,6 +75,9 @@ def csv_row(record: RunRecord) -> list:
              _section(m, "flops").get("mfu"), m.get("world_size"), record.started_at, record.ended_at,
              record.spec_sha256, tier(record), work.get("precision"), batch, generation.get("ttft_s"),
              generation.get("tpot_s"), _section(m, "pipeline").get("s_per_image")]  # fmt: skip
+    found = distributions(m)
+    cells += [found[kind][p] if kind in found else None for kind in DISTRIBUTED for p in PERCENTILES]
+    cells.append(found["step"]["p99"] if "step" in found else None)
     return [safe_cell(cell) for cell in cells]
 
 

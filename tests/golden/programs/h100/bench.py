@@ -749,8 +749,23 @@ def end_process_group() -> None:
         )
 
 
+def distribution(values: list):
+    """p50, p90, p99 and the mean of `values` and how many there were (None: there were none).
+    A percentile of few values is the nearest they allow: `samples` says how many."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return {
+        "p50": percentile(ordered, 0.50),
+        "p90": percentile(ordered, 0.90),
+        "p99": percentile(ordered, 0.99),
+        "mean": statistics.fmean(values),
+        "samples": len(values),
+    }
+
+
 def timing_summary(times: list, warmup: int) -> dict:
-    """Step times after warmup (median, p10, p90, mean, all) and the warmup's share."""
+    """Step times after warmup (median, p10, p50, p90, p99, mean, all) and the warmup's share."""
     measured = times[warmup:]
     ordered = sorted(measured)
     return {
@@ -758,7 +773,9 @@ def timing_summary(times: list, warmup: int) -> dict:
         "step_time_s": {
             "median": statistics.median(measured),
             "p10": percentile(ordered, 0.10),
+            "p50": percentile(ordered, 0.50),
             "p90": percentile(ordered, 0.90),
+            "p99": percentile(ordered, 0.99),
             "mean": statistics.fmean(measured),
             "all": measured,
         },

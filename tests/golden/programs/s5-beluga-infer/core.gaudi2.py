@@ -394,8 +394,23 @@ def end_process_group() -> None:
         )
 
 
+def distribution(values: list):
+    """p50, p90, p99 and the mean of `values` and how many there were (None: there were none).
+    A percentile of few values is the nearest they allow: `samples` says how many."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return {
+        "p50": percentile(ordered, 0.50),
+        "p90": percentile(ordered, 0.90),
+        "p99": percentile(ordered, 0.99),
+        "mean": statistics.fmean(values),
+        "samples": len(values),
+    }
+
+
 def timing_summary(times: list, warmup: int) -> dict:
-    """Step times after warmup (median, p10, p90, mean, all) and the warmup's share."""
+    """Step times after warmup (median, p10, p50, p90, p99, mean, all) and the warmup's share."""
     measured = times[warmup:]
     ordered = sorted(measured)
     return {
@@ -403,7 +418,9 @@ def timing_summary(times: list, warmup: int) -> dict:
         "step_time_s": {
             "median": statistics.median(measured),
             "p10": percentile(ordered, 0.10),
+            "p50": percentile(ordered, 0.50),
             "p90": percentile(ordered, 0.90),
+            "p99": percentile(ordered, 0.99),
             "mean": statistics.fmean(measured),
             "all": measured,
         },
@@ -1026,8 +1043,9 @@ class DecodeLoop:
         ).logits
         return logits[:, -1].argmax(dim=-1, keepdim=True)
 
-    def __call__(self, tokens: int):
-        """The prompt followed by `tokens` generated tokens, as generate returns them."""
+    def __call__(self, tokens: int, on_token=None):
+        """The prompt followed by `tokens` generated tokens, as generate returns them.
+        `on_token`: called once each token is queued (a device time mark; nothing waits)."""
         length = self.prompt.shape[1]
         self.cache.reset()
         prefill_keys = self.keys[: self.bucket_end(length)]
@@ -1035,6 +1053,8 @@ class DecodeLoop:
         prompt, positions = self.prompt, self.prompt_positions
         token = self.step(prompt, positions, prefill_keys, self.keys[:0])
         generated = [token]
+        if on_token is not None:
+            on_token()
         self.position.fill_(length)
         for filled in range(length + 1, length + tokens):
             # this step writes the filled-th key; attention reads up to its bucket's end (a
@@ -1045,7 +1065,29 @@ class DecodeLoop:
             token = self.compiled_step(token, self.position, keys, skipped).clone()
             generated.append(token)
             self.position += 1
+            if on_token is not None:
+                on_token()
         return torch.cat([self.prompt, *generated], dim=1)
+
+
+class TokenMarker(LogitsProcessor):
+    """Calls `on_token` as transformers' generate takes each token's logits (a device time
+    mark after the token's forward). generate reads a flag back after every token anyway:
+    the mark adds no wait."""
+
+    def __init__(self, on_token) -> None:
+        self.on_token = on_token
+
+    def __call__(self, input_ids, scores):
+        self.on_token()
+        return scores
+
+
+# Why a target's generation has no per-token times (None: it has them)
+NO_TOKEN_MARKS = {
+    "hpu": "optimum-habana's generate runs each token as lazy graphs (HPU graphs): a time "
+    "mark inside it would cut them (mark_step), so tokens are timed per call only",
+}
 
 
 class TimedCall:
@@ -1120,9 +1162,9 @@ def generate_benchmark(metrics: dict, started: float, trace_to=None) -> None:
         loop = DecodeLoop(model, prompt, new_tokens, options, run["decode_bucket"])
         bucket = loop.bucket
 
-        def generate(tokens: int):
+        def generate(tokens: int, on_token=None):
             with torch.no_grad(), device.attention(run["attention"]):
-                return loop(tokens)
+                return loop(tokens, on_token)
 
     else:
         options = device.generate_options(run)
@@ -1130,7 +1172,11 @@ def generate_benchmark(metrics: dict, started: float, trace_to=None) -> None:
         # whole padded length); transformers' the whole static cache, or a dynamic cache's keys
         bucket = options.get("bucket_size", -1)
 
-        def generate(tokens: int):
+        def generate(tokens: int, on_token=None):
+            marker = {}
+            if on_token is not None and device.family not in NO_TOKEN_MARKS:
+                marks = LogitsProcessorList([TokenMarker(on_token)])
+                marker["logits_processor"] = marks
             with torch.no_grad(), device.attention(run["attention"]):
                 return model.generate(
                     input_ids=prompt,
@@ -1139,6 +1185,7 @@ def generate_benchmark(metrics: dict, started: float, trace_to=None) -> None:
                     min_new_tokens=tokens,
                     do_sample=False,
                     pad_token_id=0,
+                    **marker,
                     **options,
                 )
 
@@ -1146,18 +1193,22 @@ def generate_benchmark(metrics: dict, started: float, trace_to=None) -> None:
     sync_free = PLAN["optimize"]["knobs"]["decode"] == "loop"
     watched = []  # the host-sync watch of the measured calls of benchc's loop
 
-    def timed(tokens: int, measured: bool):
+    def timed(tokens: int, measured: bool, marks=None):
+        """A synchronised call; `marks`: a device time mark appended as each token is made."""
+        on_token = None if marks is None else lambda: marks.append(device.time_mark())
         with TimedCall(device, watch=measured and sync_free) as call:
-            output = generate(tokens)
+            output = generate(tokens, on_token)
         watched.append(call.watched)
         return output, call.seconds
 
     # The same clock on every target and both ways of decoding: time to first token is a
     # synchronised call that makes one token (prefill); time per output token is the rest of
-    # a synchronised full call, over the tokens after the first.
+    # a synchronised full call, over the tokens after the first. Inter-token latency: the
+    # device time between consecutive tokens of each measured full call (time marks on the
+    # device's stream, read after the call), where the target's generation allows marks.
     metrics["startup_s"] = since_process_start(started)
     metrics["device_state"] = device_state(device)
-    totals, first_token, per_token = [], [], []
+    totals, first_token, per_token, between_tokens = [], [], [], []
     for index in range(run["steps"]):
         stop_if_asked()  # a safe point: between steps
         # the step running now: the metrics written on SIGTERM say where the run stopped
@@ -1172,7 +1223,10 @@ def generate_benchmark(metrics: dict, started: float, trace_to=None) -> None:
             set_phase(metrics, "warmup")
         measured = index >= run["warmup"]
         _, prefill = timed(1, measured)
-        output, total = timed(new_tokens, measured)
+        marks = [] if measured else None
+        output, total = timed(new_tokens, measured, marks)
+        if len(marks or ()) > 1:  # outside the timed call: reading the marks waits
+            between_tokens.extend(device.durations(marks))
         totals.append(total)
         first_token.append(prefill)
         if new_tokens > 1:
@@ -1206,6 +1260,9 @@ def generate_benchmark(metrics: dict, started: float, trace_to=None) -> None:
     tokens_per_s = run["batch"] * new_tokens * len(measured) / sum(measured)
     sequences_per_s = run["batch"] * len(measured) / sum(measured)
     ttft, tpot = first_token[warm:], per_token[warm:]
+    itl_missing = NO_TOKEN_MARKS.get(device.family)
+    if new_tokens < 2:
+        itl_missing = "one output token: no time between tokens"
     metrics.update(
         status="ok",
         device_name=device.device_name(),
@@ -1223,6 +1280,11 @@ def generate_benchmark(metrics: dict, started: float, trace_to=None) -> None:
             "output_tokens": new_tokens,
             "ttft_s": statistics.median(ttft) if ttft else None,
             "tpot_s": statistics.median(tpot) if tpot else None,
+            "latency_s": {
+                "ttft": distribution(ttft),
+                "itl": distribution(between_tokens),
+                "itl_missing": itl_missing,
+            },
             **decode_bandwidth(statistics.median(tpot) if tpot else None, new_tokens),
             "decode_bucket": bucket if bucket > 0 else None,
             "first_sequence": generated[0].tolist(),

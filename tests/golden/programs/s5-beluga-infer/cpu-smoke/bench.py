@@ -48,6 +48,8 @@ from transformers import (
     AttentionInterface,
     AutoConfig,
     AutoModelForCausalLM,
+    LogitsProcessor,
+    LogitsProcessorList,
     StaticCache,
 )
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask

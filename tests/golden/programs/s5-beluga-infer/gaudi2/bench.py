@@ -58,7 +58,13 @@ from torch.distributed.tensor.parallel import (  # noqa: E402
     RowwiseParallel,
     parallelize_module,
 )
-from transformers import AutoConfig, AutoModelForCausalLM, StaticCache  # noqa: E402
+from transformers import (  # noqa: E402
+    AutoConfig,
+    AutoModelForCausalLM,
+    LogitsProcessor,
+    LogitsProcessorList,
+    StaticCache,
+)
 
 # ==== benchc: the resolved plan of this program ====
 PLAN = {

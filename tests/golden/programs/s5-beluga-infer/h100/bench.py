@@ -46,6 +46,8 @@ from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
     CompileConfig,
+    LogitsProcessor,
+    LogitsProcessorList,
     StaticCache,
 )
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
