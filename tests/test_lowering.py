@@ -109,6 +109,8 @@ def test_set_overrides_and_replaces_a_sweep(plan_text):
     ("on h100 { train.batch = 8 }", ["train.batch=8"], "batch-8"),  # each target: one name
     ("on gaudi2 { train.precision = bf16 }", ["train.precision=bf16", "optimize=plain"],
      "precision-bf16_optimize-plain"),
+    ("sweep train.batch = [16, 32]", ["runtime=accelerate", "train.batch=16"],
+     "batch-16_runtime-accelerate"),  # the swept key first, as the sweep names its points
 ])  # fmt: skip
 def test_a_set_that_changes_the_spec_s_value_names_the_point(plan_text, extra, overrides, point):
     """A --set giving another value than the spec's names the point (issue 36, item 5), so a

@@ -99,17 +99,13 @@ def test_s1_under_the_accelerate_runtime_runs_as_a_two_node_job(benchc, tmp_path
     benchc("submit", "specs/sd3.bench", "--target", "cpu", "--smoke", "--set", "runtime=accelerate",
            "--set", "train.batch=16", "--wait", "-o", build)  # fmt: skip
     (record,) = stored(benchc.db)
-    assert (record.status, record.job_state, record.point) == ("ok", "COMPLETED", "runtime-accelerate"), (
-        record.log_tail
-    )
+    point = "batch-16_runtime-accelerate"  # the --set values name it, the swept key's first
+    assert (record.status, record.job_state, record.point) == ("ok", "COMPLETED", point), record.log_tail
     metrics = record.metrics
     assert metrics["runtime"] == "accelerate" and metrics["world_size"] == 2
     assert metrics["hosts"] == list(NODES) and metrics["nodes"] == 2
     assert metrics["runtime_detail"]["wrapper"] == "DistributedDataParallel"
-    assert (
-        "--machine_rank"
-        in (Path(build) / "sd3_mmdit_train/cpu/runtime-accelerate-smoke/launch.sh").read_text()
-    )
+    assert "--machine_rank" in (Path(build) / f"sd3_mmdit_train/cpu/{point}-smoke/launch.sh").read_text()
 
 
 def test_s4_fsdp_and_s5_tensor_parallel_run_on_two_nodes(benchc, tmp_path):

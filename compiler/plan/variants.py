@@ -233,9 +233,9 @@ def _with_named_settings(name: str, values: tuple, settings: Settings) -> tuple[
 def _named_overrides(document: Document, overrides: list[Override]) -> list[Override]:
     """The --set arguments that name the point: each that gives a value other than the spec's
     own (its includes counted, `on TARGET` not, so every target's point has the same name),
-    the last of several for one key. What cannot be swept (targets, prices) and where a job
-    is queued (slurm) name nothing; `runtime` and `optimize` absent from the spec are
-    compared with their defaults."""
+    the last of several for one key, a swept key's first. What cannot be swept (targets,
+    prices) and where a job is queued (slurm) name nothing; `runtime` and `optimize` absent
+    from the spec are compared with their defaults."""
     defaults = dict(NAMED_SETTINGS)
     last = {o.path: o for o in overrides if o.path[0] not in (*UNSWEEPABLE, *UNNAMED)}
     named = []
@@ -245,7 +245,9 @@ def _named_overrides(document: Document, overrides: list[Override]) -> list[Over
             spec_value = defaults.get(path[0])
         if path in document.sweeps or _key(spec_value) != _key(override.value):
             named.append(override)
-    return named
+    # a swept key's value first, in the sweeps' order, as the sweep's own points are named
+    sweeps = list(document.sweeps)
+    return sorted(named, key=lambda o: sweeps.index(o.path) if o.path in sweeps else len(sweeps))
 
 
 def _key(value) -> str:
