@@ -157,9 +157,7 @@ def test_a_calibrated_cpu_decode_run_is_reported_as_bytes_per_second_against_the
     assert row["decode / HBM"] == "-"  # the cpu states no HBM bandwidth
     share = row["decode / copy (measured)"]
     assert share.endswith("%") and float(share.rstrip("%")) > 0
-    sentence = next(
-        line for line in page.splitlines() if line.startswith("- cpu at ") and "copy" in line
-    )
+    sentence = next(line for line in page.splitlines() if line.startswith("- cpu at ") and "copy" in line)
     assert "decode moved " in sentence and f"{share} of the measured " in sentence, sentence
     assert "copy bandwidth; the datasheet states no HBM bandwidth" in sentence
     assert "decode is bound by memory, not by the matmul peak" in sentence

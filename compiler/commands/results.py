@@ -49,10 +49,13 @@ def add_parsers(commands, variant_options) -> None:
     show.add_argument("run_id", metavar="RUN")
     _db_option(show)
 
-    export = commands.add_parser("export", help="all stored runs as JSON or CSV")
-    export.add_argument("--format", choices=("json", "csv"), default="json")
+    export = commands.add_parser("export", help="all stored runs as JSON or CSV, or into MLflow")
+    export.add_argument("--format", choices=("json", "csv", "mlflow"), default="json")
     export.add_argument("--experiment", "-e")
     export.add_argument("-o", "--output", metavar="FILE", help="default: standard output")
+    export.add_argument("--tracking-uri", metavar="URI",
+                        help="--format mlflow: the MLflow tracking store, e.g. sqlite:///mlflow.db "
+                        "(default: $MLFLOW_TRACKING_URI)")  # fmt: skip
     _db_option(export)
 
     ingest = commands.add_parser("ingest", help="store metrics files written by runs elsewhere")
@@ -166,6 +169,7 @@ def export(args) -> int:
     from ..results.export import export_text
     from ..results.store import open_existing, store_path
 
+    uri = _tracking_uri(args)
     store = open_existing(args.db)
     if store is None:  # an empty export would look like a store without runs
         raise error(f"nothing to export: there is no results store at {store_path(args.db)}", None,
@@ -173,6 +177,14 @@ def export(args) -> int:
                     "create one")  # fmt: skip
     with store:
         records = store.runs(args.experiment)
+    if args.format == "mlflow":
+        from ..results.mlflow_export import export_mlflow
+
+        created, updated = export_mlflow(records, uri)
+        experiments = len({r.experiment for r in records})
+        print(f"exported {len(records)} run(s) of {experiments} experiment(s) to MLflow at {uri}: "
+              f"{created} created, {updated} updated")  # fmt: skip
+        return EXIT_OK
     text = export_text(records, args.format)
     if args.output:
         _write_whole(Path(args.output), text)
@@ -180,6 +192,26 @@ def export(args) -> int:
     else:
         sys.stdout.write(text)
     return EXIT_OK
+
+
+def _tracking_uri(args) -> str | None:
+    """--tracking-uri (or $MLFLOW_TRACKING_URI) for --format mlflow; refused with the others,
+    as -o is with mlflow, so no option is silently ignored."""
+    import os
+
+    if args.format != "mlflow":
+        if args.tracking_uri is not None:
+            raise error("--tracking-uri is for --format mlflow", None,
+                        hint=f"--format {args.format} writes to -o FILE or standard output")  # fmt: skip
+        return None
+    if args.output:
+        raise error("-o/--output is for --format json and csv", None,
+                    hint="--format mlflow writes into the store --tracking-uri names")  # fmt: skip
+    uri = args.tracking_uri if args.tracking_uri is not None else os.environ.get("MLFLOW_TRACKING_URI", "")
+    if not uri.strip():
+        raise error("--format mlflow needs a tracking store", None,
+                    hint="e.g. --tracking-uri sqlite:///mlflow.db, or set MLFLOW_TRACKING_URI")  # fmt: skip
+    return uri
 
 
 def _write_whole(path: Path, text: str) -> None:
