@@ -182,7 +182,7 @@ def test_launchers_follow_accelerates_conventions_and_parse(tmp_path):
         assert subprocess.run(["bash", "-n", str(path)]).returncode == 0, path
     lint = subprocess.run(["shellcheck", "-S", "warning", *map(str, shells)], capture_output=True, text=True)
     assert lint.returncode == 0, lint.stdout[-3000:]
-    h100 = tmp_path / "sd3_mmdit_train/h100/runtime-accelerate"
+    h100 = tmp_path / "sd3_mmdit_train/h100/batch-16_runtime-accelerate"  # named for the --set values
     # by hand: the machine rank and the first node's address, as accelerate asks
     args = launch_args(dry_run(h100, MACHINE_RANK="1", MASTER_ADDR="node0.example", MASTER_PORT="29555"))
     assert (args.config_file, args.machine_rank, args.main_process_ip) == (

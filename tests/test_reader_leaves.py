@@ -32,5 +32,6 @@ def test_run_piped_into_head_runs_and_records_every_point(tmp_path):
     assert all(first), first
     assert runner.returncode == 0, err.decode()[-3000:]
     records = Store(db).runs()
-    assert sorted(r.point for r in records) == ["batch-16", "batch-32"]  # the second point too
+    named = "_nodes-1_devices_per_node-1_data-1"  # the --set values name the points
+    assert sorted(r.point for r in records) == [f"batch-16{named}", f"batch-32{named}"]  # the second too
     assert {r.status for r in records} == {"ok"}

@@ -266,12 +266,12 @@ def test_every_pair_of_targets_is_explained_and_runs_sit_on_a_roofline_chart(tmp
     page = (tmp_path / "out" / "report.md").read_text()
     pairs = [x for x in page.splitlines() if x.startswith("- ") and " = peak " in x]
     assert [x.split(":")[0] + " vs " + x.split("x ")[1].split(" =")[0] for x in pairs] == [
-        "- a100 at default vs gaudi2", "- h100 at default vs gaudi2", "- h100 at default vs a100",
+        "- a100 at batch-16 vs gaudi2", "- h100 at batch-16 vs gaudi2", "- h100 at batch-16 vs a100",
     ], pairs  # fmt: skip
     mfu = {t: json.loads(path.read_text())["flops"]["mfu"] for t, (_, path) in lines.items()}
     assert f"x MFU {sig(mfu['h100'] / mfu['a100'])}x" in pairs[-1], pairs[-1]
     for target, share in shares.items():  # each run against its bound, at the share it reached
-        bound = next(x for x in page.splitlines() if x.startswith(f"- {target} at default: the roofline"))
+        bound = next(x for x in page.splitlines() if x.startswith(f"- {target} at batch-16: the roofline"))
         assert f"{sig(share * 100)}% of it" in bound, bound
         assert "(forward+backward " in bound and "-bound, optimizer memory-bound)" in bound, bound
     chart = tmp_path / "out" / "sd3_mmdit_train-roofline.png"
@@ -284,9 +284,9 @@ def test_every_pair_of_targets_is_explained_and_runs_sit_on_a_roofline_chart(tmp
     with Store(db) as store:
         (section,) = sections(store.latest_runs(None), "gaudi2")
     placed = {label: (x, y) for label, x, y, _, _ in roofline_points(section)}
-    assert set(placed) == {"gaudi2 default", "h100 default", "a100 default"}
+    assert set(placed) == {"gaudi2 batch-16", "h100 batch-16", "a100 batch-16"}
     for target, (line, _) in lines.items():
-        x, y = placed[f"{target} default"]
+        x, y = placed[f"{target} batch-16"]
         assert x == line["intensity_flops_per_byte"] > 0
         assert abs(y / (mfu[target] * line["peak_flops_per_device"]) - 1) < 1e-9  # achieved FLOP/s
 

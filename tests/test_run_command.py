@@ -395,13 +395,14 @@ def test_report_ignores_a_series_still_running(tmp_path):
     db = tmp_path / "r.db"
     point = scripted_point(tmp_path, ok_metrics_body(120.0))
     assert benchc("run", str(point), db=db).returncode == 0
+    done = only_run(db)  # the same point, a series still running beside it
     with Store(db) as store:
-        store.start(experiment="sd3_mmdit_train", target="cpu", point="default", point_values={},
+        store.start(experiment="sd3_mmdit_train", target="cpu", point=done.point, point_values={},
                     smoke=True, spec_path=None, spec_sha256=None, build_path=None, log_path=None,
                     environment={}, plan=None, series="in-progress", trial=1)  # fmt: skip
     result = benchc("report", "-o", str(tmp_path / "out"), db=db)
     assert result.returncode == 0
-    assert "| default | cpu | 120 |" in (tmp_path / "out" / "report.md").read_text()
+    assert f"| {done.point} | cpu | 120 |" in (tmp_path / "out" / "report.md").read_text()
 
 
 def test_user_mistakes_in_result_commands_are_clear_errors(tmp_path):

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from scripted_points import ok_metrics, scripted_point
+from scripted_points import PRELUDE, ok_metrics, scripted_point
 
 from benchc.results.store import Store
 
@@ -40,11 +40,14 @@ def test_a_run_whose_store_stays_locked_keeps_its_result_for_ingest(tmp_path):
     db = tmp_path / "r.db"
     with Store(db):
         pass  # made, empty
+    point = scripted_point(tmp_path, "")
+    # the metrics name the build's point, as a program's do: ingest stores them under it
+    name = json.loads((point / "manifest.json").read_text())["point"]
     body = (
         "for n in range(1, 6):\n    step(n, seconds=0.4)\n"  # the holder takes the lock meanwhile
-        f"json.dump(json.loads({json.dumps(ok_metrics())!r}), open(metrics_path, 'w'))\n"
+        f"json.dump(json.loads({json.dumps(ok_metrics(point=name))!r}), open(metrics_path, 'w'))\n"
     )
-    point = scripted_point(tmp_path, body)
+    (point / "bench.py").write_text(PRELUDE + body)
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(db)], stdout=subprocess.PIPE, text=True)
     try:
         env = {**os.environ, "BENCHC_STORE_WAIT_S": "11", "PYTHON": sys.executable}

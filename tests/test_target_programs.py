@@ -198,13 +198,13 @@ def test_a_program_on_a_machine_without_its_device_says_what_is_missing(tmp_path
             == 0
         )
     env = {**os.environ, "PYTHON": sys.executable}
-    cuda = tmp_path / "sd3_mmdit_train/h100/batch-16"
+    (cuda,) = (tmp_path / "sd3_mmdit_train/h100").glob("batch-16_*")  # named for the --set values too
     proc = subprocess.run(["bash", "launch.sh", "--metrics", "m.json"], cwd=cuda, env=env,
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     assert proc.returncode != 0
     error = json.loads((cuda / "m.json").read_text())["error"]
     assert "built for CUDA (h100)" in error["message"] and "finds no CUDA device" in error["message"]
-    gaudi = tmp_path / "sd3_mmdit_train/gaudi2/batch-16"
+    (gaudi,) = (tmp_path / "sd3_mmdit_train/gaudi2").glob("batch-16_*")
     proc = subprocess.run(
         ["bash", "launch.sh"], cwd=gaudi, env=env, capture_output=True, text=True, timeout=120
     )
