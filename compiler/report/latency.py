@@ -1,8 +1,7 @@
 """Latency distributions in the report. One job: for each row, the distributions its trials
 recorded (time to first token, inter-token latency, image latency or else the step time:
-p50, p90, p99),
-each percentile the median over the trials, and the lines that say them, with why a row has
-no inter-token latency where its target could not mark tokens."""
+p50, p90, p99), each percentile the median over the trials, and the lines that say them, with
+why a row has no inter-token latency where its target could not mark tokens."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ import json
 import re
 
 from ..figures import finite_json
-from .latency import KINDS, PERCENTILES, distributions
+from .latency import KINDS, PERCENTILES, distributions, section
 from .run_record import RunRecord
 
 # p50, p90 and p99 of each (the steps' p50 and p90 are step_median_s and step_p90_s)
@@ -54,27 +54,22 @@ def safe_cell(value):
     return text
 
 
-def _section(metrics: dict, key: str) -> dict:
-    found = metrics.get(key)
-    return found if isinstance(found, dict) else {}
-
-
 def _workload(record: RunRecord) -> dict:
     """The run's plan's workload (its precision and batch), {} where no plan is kept."""
-    return _section(record.plan, "workload") if isinstance(record.plan, dict) else {}
+    return section(record.plan, "workload") if isinstance(record.plan, dict) else {}
 
 
 def csv_row(record: RunRecord) -> list:
     m = record.metrics if isinstance(record.metrics, dict) else {}
-    throughput, steps = _section(m, "throughput"), _section(m, "step_time_s")
-    work, generation = _workload(record), _section(m, "generation")
+    throughput, steps = section(m, "throughput"), section(m, "step_time_s")
+    work, generation = _workload(record), section(m, "generation")
     batch = work.get("global_batch") or work.get("batch")  # training's global batch, inference's
     cells = [record.id, record.experiment, record.target, record.point, int(record.smoke), record.trial,
              record.status, record.cause, throughput.get("job"), throughput.get("unit"),
              throughput.get("per_device"), steps.get("median"), steps.get("p90"), m.get("peak_memory_bytes"),
-             _section(m, "flops").get("mfu"), m.get("world_size"), record.started_at, record.ended_at,
+             section(m, "flops").get("mfu"), m.get("world_size"), record.started_at, record.ended_at,
              record.spec_sha256, tier(record), work.get("precision"), batch, generation.get("ttft_s"),
-             generation.get("tpot_s"), _section(m, "pipeline").get("s_per_image")]  # fmt: skip
+             generation.get("tpot_s"), section(m, "pipeline").get("s_per_image")]  # fmt: skip
     found = distributions(m)
     cells += [found[kind][p] if kind in found else None for kind in DISTRIBUTED for p in PERCENTILES]
     cells.append(found["step"]["p99"] if "step" in found else None)

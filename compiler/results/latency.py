@@ -23,13 +23,13 @@ def distributions(metrics) -> dict[str, dict]:
     they do not record (a program before distributions, a target that cannot mark tokens) is
     left out."""
     m = metrics if isinstance(metrics, dict) else {}
-    generation = _section(m, "generation")
-    latency = _section(generation, "latency_s")
+    generation = section(m, "generation")
+    latency = section(generation, "latency_s")
     found = {
         "ttft": _checked(latency.get("ttft")),
         "itl": _checked(latency.get("itl")),
-        "image": _checked(_section(m, "pipeline").get("image_latency_s")),
-        "step": _steps(_section(m, "step_time_s")),
+        "image": _checked(section(m, "pipeline").get("image_latency_s")),
+        "step": _steps(section(m, "step_time_s")),
     }
     return {kind: value for kind, value in found.items() if value is not None}
 
@@ -37,7 +37,7 @@ def distributions(metrics) -> dict[str, dict]:
 def itl_missing(metrics) -> str | None:
     """Why a generation run recorded no inter-token latency (None: it did, or it is no generation)."""
     m = metrics if isinstance(metrics, dict) else {}
-    why = _section(_section(m, "generation"), "latency_s").get("itl_missing")
+    why = section(section(m, "generation"), "latency_s").get("itl_missing")
     return why if isinstance(why, str) else None
 
 
@@ -67,6 +67,7 @@ def _seconds(value) -> bool:
     return number and math.isfinite(value) and value >= 0
 
 
-def _section(metrics: dict, key: str) -> dict:
+def section(metrics: dict, key: str) -> dict:
+    """metrics[key] where it is an object, else {} (the store is not trusted)."""
     found = metrics.get(key)
     return found if isinstance(found, dict) else {}

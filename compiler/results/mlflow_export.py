@@ -21,8 +21,8 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from ..diagnostics import error
-from .export import tier
-from .latency import KINDS, PERCENTILES, distributions
+from .export import DISTRIBUTED, tier
+from .latency import PERCENTILES, distributions, section
 from .run_record import RunRecord
 
 RUN_ID_TAG = "benchc.run_id"
@@ -137,23 +137,23 @@ def params_of(record: RunRecord) -> dict[str, str]:
 def metrics_of(record: RunRecord) -> dict[str, float]:
     """The run's figures under stable names; a figure the run does not have is left out."""
     m = record.metrics if isinstance(record.metrics, dict) else {}
-    throughput, steps = _section(m, "throughput"), _section(m, "step_time_s")
-    generation, pipeline = _section(m, "generation"), _section(m, "pipeline")
+    throughput, steps = section(m, "throughput"), section(m, "step_time_s")
+    generation, pipeline = section(m, "generation"), section(m, "pipeline")
     found = {
         "throughput": throughput.get("job"),
         "throughput_per_device": throughput.get("per_device"),
         "step_time_median_s": steps.get("median"),
         "step_time_p90_s": steps.get("p90"),
         "step_time_p99_s": steps.get("p99"),
-        "mfu": _section(m, "flops").get("mfu"),
+        "mfu": section(m, "flops").get("mfu"),
         "peak_memory_bytes": m.get("peak_memory_bytes"),
         "ttft_s": generation.get("ttft_s"),
         "tpot_s": generation.get("tpot_s"),
         "s_per_image": pipeline.get("s_per_image"),
     }
     latency = distributions(m)
-    for kind, _, _ in KINDS:
-        if kind != "step" and kind in latency:
+    for kind in DISTRIBUTED:
+        if kind in latency:
             found.update({f"{kind}_{p}_s": latency[kind][p] for p in PERCENTILES})
     return {k: float(v) for k, v in found.items() if _number(v)}
 
@@ -206,8 +206,3 @@ def _ms(stamp: str | None) -> int | None:
 
 def _number(value) -> bool:
     return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
-
-
-def _section(metrics: dict, key: str) -> dict:
-    found = metrics.get(key)
-    return found if isinstance(found, dict) else {}
