@@ -157,6 +157,11 @@ def fill_measures(row: dict, m: dict, estimate) -> None:
         compile_from=compile_from if compile_s is not None else None,
         peak_memory_gib=memory / GIB if memory is not None else None,
     )
+    energy = m.get("energy")
+    if isinstance(energy, dict):  # the devices' energy over the measured work, or why none
+        row.update(energy_per_unit_j=number(energy.get("per_unit_j")),
+                   mean_power_w=number(energy.get("mean_w")), energy_source=energy.get("source"),
+                   energy_why=energy.get("why"))  # fmt: skip
     generation, pipeline = m.get("generation"), m.get("pipeline")
     if isinstance(generation, dict):
         ttft, tpot = number(generation.get("ttft_s")), number(generation.get("tpot_s"))

@@ -7,6 +7,9 @@ import math
 import re
 
 SMALLEST_DECIMAL, LARGEST_DECIMAL = 1e-6, 1e15  # beyond: e-notation, not a row of zeros
+# what a cost or an energy is given per, by the throughput's unit: (units of work, as said)
+PER = {"images/s": (1_000, "1,000 images"), "tokens/s": (1e6, "1M tokens"),
+       "output tokens/s": (1e6, "1M output tokens")}  # fmt: skip
 
 
 def sig(value: float | None, digits: int = 3) -> str:

@@ -24,6 +24,13 @@ from benchc.pipeline import plan_spec
 
 from helpers import SPECS
 
+# what a CUDA program asks nvidia-ml-py (the energy over its measured work)
+NVML_CALLS = {
+    "pynvml.nvmlInit",
+    "pynvml.nvmlDeviceGetHandleByUUID",
+    "pynvml.nvmlDeviceGetTotalEnergyConsumption",
+    "pynvml.nvmlDeviceGetPowerUsage",
+}
 VARIANTS = [
     ("h100", []),
     ("a100", ["train.attention=xformers"]),
@@ -59,6 +66,8 @@ def test_calls_bind_to_the_installed_libraries(target, overrides):
     report = check_program(_program(target, overrides))
     assert report.problems == []
     checked = set(report.checked)
+    if "gaudi" not in target:  # every CUDA program reads its GPU's energy through NVML
+        assert NVML_CALLS <= checked, sorted(NVML_CALLS - checked)
     if target.startswith("pipeline:"):
         must = {
             "diffusers.SD3Transformer2DModel",

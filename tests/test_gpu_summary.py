@@ -67,6 +67,8 @@ def test_the_summary_turns_metrics_files_into_the_expected_ratios(tmp_path):
     ]  # fmt: skip
     (tmp_path / "events.tsv").write_text("\n".join(events) + "\n")
     tuned = metrics(0.050, optimize="tuned", compile_s=61.0, optimize_detail={"compile": "regional"})
+    tuned["energy"] = {"joules": 350.0, "per_unit_j": 2.19, "mean_w": 700.0, "seconds": 0.5,
+                       "source": "NVML total energy counter", "why": None}  # fmt: skip
     (tmp_path / "s1_b16_tuned.json").write_text(json.dumps(tuned))
     (tmp_path / "s1_b16_plain.json").write_text(json.dumps(metrics(0.100, spread=0.1, optimize="plain")))
     hand = metrics(0.0495, optimize="handwritten", compile_s=30.0)
@@ -93,6 +95,8 @@ def test_the_summary_turns_metrics_files_into_the_expected_ratios(tmp_path):
     assert t["p90_p10"] == pytest.approx(1.02 / 0.98) and t["compile_s"] == 61.0 and t["startup_s"] == 12.5
     assert t["peak_memory_gib"] == pytest.approx(40.0) and t["throughput"] == pytest.approx(320.0)
     assert runs["s1_b16_plain"]["roofline_fraction"] is None  # no estimate file for it
+    assert (t["energy_per_unit_j"], t["mean_power_w"], t["energy_why"]) == (2.19, 700.0, None)
+    assert "energy_per_unit_j" not in runs["s1_b16_plain"]  # its metrics record none
     assert runs["s1_b32_tuned"]["status"] == "failed: CUDA out of memory. Tried to allocate 2 GiB"
     assert runs["s4"]["status"] == "timed out at 120 s, no metrics (see s4.log)"
     assert runs["s4"]["exit_status"] == 124

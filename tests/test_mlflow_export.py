@@ -34,6 +34,8 @@ def store_generation(db, throughput: float) -> str:
     latency = {"ttft": TTFT, "itl": ITL, "itl_missing": None}
     m["generation"] = {"batch": 8, "input_tokens": 16, "output_tokens": 32, "ttft_s": 0.05, "tpot_s": 0.01,
                        "first_sequence": [1, 2], "latency_s": latency}  # fmt: skip
+    m["energy"] = {"joules": 12.0, "per_unit_j": 0.002, "mean_w": 600.0, "seconds": 0.02,
+                   "source": "NVML total energy counter", "why": None}  # fmt: skip
     with Store(db) as store:
         run_id = store.start(experiment="llm_infer", target="h200", point="precision-bf16",
                              point_values={"infer.precision": "bf16"}, smoke=False, spec_path=None,
@@ -97,6 +99,10 @@ def test_two_exports_give_one_experiment_each_and_one_run_per_stored_run(tmp_pat
     assert (tags["benchc.version"], tags["benchc.spec_revision"], tags["benchc.spec_dirty"]) == (
         "0.1.0", "ab" * 20, "true")  # fmt: skip
     assert tags["device"] == "NVIDIA H200" and tags["benchc.status"] == "ok"
+    energy = [llm.data.metrics[k] for k in ("energy_j", "energy_per_unit_j", "mean_power_w")]
+    assert energy == [12.0, 0.002, 600.0]
+    assert tags["benchc.energy_source"] == "NVML total energy counter" and "benchc.energy_why" not in tags
+    assert "energy_j" not in h100.data.metrics  # a run whose metrics have no energy: none exported
     artifacts = {a.path for a in client.list_artifacts(llm.info.run_id)}
     assert artifacts == {"metrics.json"}  # no build manifest and no plan kept for it
     assert {a.path for a in client.list_artifacts(h100.info.run_id)} == {"metrics.json", "plan.json"}

@@ -43,13 +43,13 @@ def assert_chart(path, min_width=400, min_height=300):
 
 def parsed_html(page: str) -> dict:
     """The report page as html.parser reads it: each table's rows of cell texts, each image's
-    src, each paragraph's text."""
+    src, each paragraph's and each list item's text."""
     from html.parser import HTMLParser
 
-    class Reader(HTMLParser):
+    class Reader(HTMLParser):  # the page's <li> are closed, as render.py writes them
         def __init__(self):
             super().__init__()
-            self.found = {"tables": [], "images": [], "paragraphs": []}
+            self.found = {"tables": [], "images": [], "paragraphs": [], "items": []}
             self.text, self.cell, self.paragraph = [], None, None
 
         def handle_starttag(self, tag, attrs):
@@ -61,15 +61,15 @@ def parsed_html(page: str) -> dict:
                 self.cell = []
             elif tag == "img":
                 self.found["images"].append(dict(attrs)["src"])
-            elif tag == "p":
+            elif tag in ("p", "li"):
                 self.paragraph = []
 
         def handle_endtag(self, tag):
             if tag in ("td", "th"):
                 self.found["tables"][-1][-1].append("".join(self.cell))
                 self.cell = None
-            elif tag == "p" and self.paragraph is not None:
-                self.found["paragraphs"].append("".join(self.paragraph))
+            elif tag in ("p", "li") and self.paragraph is not None:
+                self.found["paragraphs" if tag == "p" else "items"].append("".join(self.paragraph))
                 self.paragraph = None
 
         def handle_data(self, data):

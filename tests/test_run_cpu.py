@@ -16,6 +16,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from energy_checks import assert_energy
 from memory_checks import MEMTRACE, assert_within_estimate, smoke_plan, traced_env
 
 from helpers import REPO, free_port, point_in, run_cli
@@ -94,6 +95,7 @@ def test_smoke_build_runs_with_two_processes_and_writes_valid_metrics(tmp_path):
     assert metrics["flops"]["model_flops_per_sample"] > 0
     assert metrics["versions"]["torch"].startswith("2.") and "diffusers" in metrics["versions"]
     assert "step 5/5" in proc.stdout
+    assert_energy(metrics)  # two ranks, one host: the host's first rank reads its counter
     check = metrics["first_step_check"]
     assert check["passed"] and not check["compiled"] and check["relative_difference"] < 1e-2
     # On a shared cluster another account collects the metrics: the file gets the mode a
@@ -182,6 +184,7 @@ def test_llama_inference_tokens_equal_transformers_greedy_generate(tmp_path):
     estimate = generation["ttft_s"] + (run["output_tokens"] - 1) * generation["tpot_s"]
     assert estimate == pytest.approx(step, rel=0.25)
     assert metrics["throughput"]["unit"] == "output tokens/s"
+    assert_energy(metrics)
     # profiled neither by the spec nor by a flag: no profile recorded, no trace left
     assert "profile" not in metrics and not list(point.glob("*trace*"))
 
@@ -204,6 +207,7 @@ def test_sd3_pipeline_makes_images_and_times_the_denoising_loop(tmp_path):
     assert min(calls) <= latency["p50"] <= latency["p90"] <= latency["p99"] <= max(calls)
     per_call = pipeline["s_per_image"] * metrics["throughput"]["samples_per_step"]
     assert latency["p50"] == pytest.approx(per_call)
+    assert_energy(metrics)
 
 
 def test_large_model_path_splits_before_allocating(tmp_path):

@@ -503,7 +503,9 @@ def test_the_measured_window_watches_for_host_syncs_where_it_claims_none(tmp_pat
     watched, unwatched = ["mark", True, "mark", "mark", False], ["mark", "mark", "mark"]
     for sync_free, expected in ((True, watched), (False, unwatched)):
         calls.clear()
-        window = module.MeasuredWindow(Watched(0), 2, sync_free=sync_free)
+        device = Watched(0)
+        meter = module.EnergyMeter(device.energy_reader())
+        window = module.MeasuredWindow(device, 2, meter, sync_free=sync_free)
         with window:
             while window.more():
                 window.record(None)

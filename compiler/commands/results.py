@@ -70,8 +70,9 @@ def add_parsers(commands, variant_options) -> None:
     report.add_argument("-o", "--out", default="reports", metavar="DIR")
     report.add_argument(
         "--prices", metavar="FILE",
-        help="device-hour prices per target (TOML: currency = \"USD\", then [per_device_hour] "
-        "h100 = 4.10): the report adds cost per unit of work and price-performance",
+        help="device-hour prices per target (TOML: currency = \"USD\", optionally electricity_per_kwh = "
+        "0.12, then [per_device_hour] h100 = 4.10): the report adds cost per unit of work, "
+        "price-performance and the measured energy's cost",
     )  # fmt: skip
     _db_option(report)
 

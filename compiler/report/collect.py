@@ -28,6 +28,7 @@ from ..results.manifests import HOW_TO_GIVE_ONE
 from ..results.metrics import validation_problems
 from ..results.plans import stored_plan_problem
 from ..results.store import RunRecord
+from .energy import energy_row
 from .latency import latency_of
 from .maths import different_maths, maths_of
 from .setup import setup_of
@@ -89,6 +90,7 @@ class Row:
     sweep_ratio: float | None = None  # to the same target's first point (a sweep): > 1 is better
     setup: tuple = ()  # what its latest run ran on (report/setup.py)
     latency: tuple = ()  # its trials' latency distributions (report/latency.py)
+    energy: object = None  # its trials' energy (report/energy.py RowEnergy; None: none recorded)
 
 
 @frozen
@@ -335,7 +337,8 @@ def sections(runs: list[RunRecord], baseline: str | None = None, calibrations: d
                           sharding=_sharding(plan), family=_family(plan),
                           maths=maths_of(plan.raw), overrides=_overrides(plan),
                           setup=setup_of(trials[-1].environment, trials[-1].metrics),
-                          latency=latency_of([t.metrics for t in trials if t.status == "ok"]))  # fmt: skip
+                          latency=latency_of([t.metrics for t in trials if t.status == "ok"]),
+                          energy=energy_row([t.metrics for t in trials if t.status == "ok"]))  # fmt: skip
             by_section[(experiment, smoke)].append(row)
             plans[(experiment, smoke)][(point, target)] = plan
     result = []

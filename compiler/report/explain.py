@@ -28,14 +28,12 @@ import math
 from itertools import combinations
 
 from ..catalog.metrics import metrics_of
-from ..figures import sig
+from ..figures import PER, sig
 from ..records import frozen
 from .collect import Row, Section
 from .maths import different_maths
 from .prices import Prices
 
-PER = {"images/s": (1_000, "1,000 images"), "tokens/s": (1e6, "1M tokens"),
-       "output tokens/s": (1e6, "1M output tokens")}  # fmt: skip
 GENERATION_METRICS = metrics_of("infer", "causal_lm")
 
 

@@ -4,6 +4,7 @@ benchc ships no prices and invents none: a price is the user's (a list price, a 
 rate, an amortised cost of owned machines). The file is TOML:
 
     currency = "USD"          # optional; a label only, no conversion is made
+    electricity_per_kwh = 0.12  # optional: the energy each run measured, priced per kWh
     [per_device_hour]
     h100 = 4.10               # what one device of the target costs for one hour
     gaudi2 = 1.95
@@ -32,6 +33,7 @@ MAX_BYTES = 64 * 1024
 MIN_PRICE = 1e-4  # per device-hour: far below any machine's
 MAX_PRICE = 1e6  # per device-hour: far above any accelerator's
 PRICE_RANGE = "from 0.0001 to 1,000,000 per device-hour"
+KWH_RANGE = (1e-6, 1000.0)  # per kWh: from far below any tariff to far above any
 MAX_NESTING = 16  # arrays and inline tables within each other; a prices file needs 1
 CURRENCY = re.compile(r"[A-Za-z$€£¥]{1,8}")
 
@@ -41,6 +43,7 @@ class Prices:
     currency: str
     per_device_hour: dict[str, float]
     path: str
+    electricity_per_kwh: float | None = None  # the report prices the measured energy with it
 
 
 def valid_price(value) -> bool:
@@ -153,8 +156,8 @@ def load_prices(path: Path) -> Prices:
     data = _parse(text, source, name)
     problems: list[Diagnostic] = []
     for key in data:
-        if key not in ("currency", "per_device_hour"):
-            hint = "a prices file holds currency and [per_device_hour]"
+        if key not in ("currency", "electricity_per_kwh", "per_device_hour"):
+            hint = "a prices file holds currency, electricity_per_kwh and [per_device_hour]"
             problems.append(
                 Diagnostic(f"unknown key '{key}' in a prices file", _line_of(source, key), hint=hint)
             )
@@ -182,6 +185,14 @@ def load_prices(path: Path) -> Prices:
             problems.append(Diagnostic(f"the price of {target} must be {bound}", span))
         else:
             prices[target] = float(value)
+    electricity = data.get("electricity_per_kwh")
+    if electricity is not None:
+        low, high = KWH_RANGE
+        number = not isinstance(electricity, bool) and isinstance(electricity, (int, float))
+        if not number or not math.isfinite(electricity) or not low <= electricity <= high:
+            message = f"electricity_per_kwh must be a number from {low:g} to {high:g} per kWh"
+            problems.append(Diagnostic(message, _line_of(source, "electricity_per_kwh")))
+            electricity = None
     if problems:
         raise BenchError(problems)
-    return Prices(currency, prices, name)
+    return Prices(currency, prices, name, None if electricity is None else float(electricity))

@@ -15,6 +15,7 @@ import re
 from ..figures import sig
 from .ceilings import calibration_of, ceiling_lines, decode_copy_share, has_measured, measured_mfu
 from .collect import Row, Section
+from .energy import energy_lines
 from .explain import bound_lines, cost_lines, runtime_lines, split_lines, tier_lines
 from .latency import latency_lines
 from .prices import Prices, valid_currency, valid_price
@@ -208,7 +209,12 @@ def explanations(section: Section, prices) -> list[tuple[str, list[str]]]:
     if profiled(section):
         found.append(("Where each step's time goes (the profiled steps, by category; the bar chart "
                       "shows the shares)", profile_lines(section) + kernel_lines(section)))  # fmt: skip
-    found.append(("Cost per unit of work", cost_lines(section, prices or spec_prices(section))))
+    given = prices or spec_prices(section)
+    found.append(("Cost per unit of work", cost_lines(section, given)))
+    energies = energy_lines(section, given)
+    if energies:
+        found.append(("Energy over the measured work (the devices' own: GPU boards by NVML, Gaudi cards by "
+                      "hl-smi, CPU packages by RAPL)", energies))  # fmt: skip
     latencies = latency_lines(section)
     if latencies:
         found.append(("Latency distributions (p50 / p90 / p99; each percentile the median over the "

@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections import defaultdict
 
 # the program's recorded versions a reader compares setups by, in this order
-VERSIONS = ("torch", "cuda", "cudnn", "nccl", "driver", "firmware", "habana-torch-plugin", "container",
-            "transformers", "diffusers", "accelerate", "deepspeed", "optimum-habana", "python")  # fmt: skip
+VERSIONS = ("torch", "cuda", "cudnn", "nccl", "driver", "firmware", "card_firmware", "synapseai",
+            "habana-torch-plugin", "container", "transformers", "diffusers", "accelerate", "deepspeed",
+            "optimum-habana", "python")  # fmt: skip
 
 
 def setup_of(environment, metrics) -> tuple[tuple[str, str], ...]:

@@ -15,6 +15,7 @@ import json
 import re
 
 from ..figures import finite_json
+from .energy import energy_of
 from .latency import KINDS, PERCENTILES, distributions, section
 from .run_record import RunRecord
 
@@ -25,7 +26,8 @@ CSV_COLUMNS = ("id", "experiment", "target", "point", "smoke", "trial", "status"
                "throughput", "unit", "per_device", "step_median_s", "step_p90_s",
                "peak_memory_bytes", "mfu", "world_size", "started_at", "ended_at", "spec_sha256",
                "optimize", "precision", "batch", "ttft_s", "tpot_s", "s_per_image",
-               *(f"{kind}_{p}_s" for kind in DISTRIBUTED for p in PERCENTILES), "step_p99_s")  # fmt: skip
+               *(f"{kind}_{p}_s" for kind in DISTRIBUTED for p in PERCENTILES), "step_p99_s",
+               "energy_j", "energy_per_unit_j", "mean_power_w", "energy_source", "energy_why")  # fmt: skip
 
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 _DECIMAL = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
@@ -73,6 +75,11 @@ def csv_row(record: RunRecord) -> list:
     found = distributions(m)
     cells += [found[kind][p] if kind in found else None for kind in DISTRIBUTED for p in PERCENTILES]
     cells.append(found["step"]["p99"] if "step" in found else None)
+    energy = energy_of(m)
+    if energy is None:
+        cells += [None] * 5
+    else:
+        cells += [energy.joules, energy.per_unit_j, energy.mean_w, energy.source, energy.why]
     return [safe_cell(cell) for cell in cells]
 
 

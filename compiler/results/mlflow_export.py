@@ -3,8 +3,9 @@ experiment per benchc experiment (the same name), one MLflow run per stored run,
 by its `benchc.run_id` tag, so exporting twice updates and never duplicates.
 
 Each run gets params (target, point, optimize and every point value), metrics (throughput,
-step times, MFU, peak memory, the latency percentiles), tags (benchc's version, the spec's
-revision, the device, the status and cause) and artifacts (the metrics and the build's
+step times, MFU, peak memory, the latency percentiles, the energy), tags (benchc's version,
+the spec's revision, the device, the status and cause, what the energy was read from or why
+there is none) and artifacts (the metrics and the build's
 manifest, or the stored plan where the manifest is gone). MLflow is an optional extra
 (`pip install 'benchc[mlflow]'`), imported only here. Under a `sqlite:///PATH` store, a new
 experiment keeps its artifacts in `mlflow-artifacts/` beside the database file, not in the
@@ -21,6 +22,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from ..diagnostics import error
+from .energy import energy_of
 from .export import DISTRIBUTED, tier
 from .latency import PERCENTILES, distributions, section
 from .run_record import RunRecord
@@ -155,6 +157,9 @@ def metrics_of(record: RunRecord) -> dict[str, float]:
     for kind in DISTRIBUTED:
         if kind in latency:
             found.update({f"{kind}_{p}_s": latency[kind][p] for p in PERCENTILES})
+    energy = energy_of(m)
+    if energy is not None:
+        found.update(energy_j=energy.joules, energy_per_unit_j=energy.per_unit_j, mean_power_w=energy.mean_w)
     return {k: float(v) for k, v in found.items() if _number(v)}
 
 
@@ -174,6 +179,9 @@ def tags_of(record: RunRecord) -> dict[str, str]:
         "benchc.cause": (record.cause or "")[:500] or None,
         "device": m.get("device_name"),
     }
+    energy = energy_of(m)
+    if energy is not None:
+        tags.update({"benchc.energy_source": energy.source, "benchc.energy_why": energy.why})
     return {k: str(v) for k, v in tags.items() if isinstance(v, (str, int)) and str(v)}
 
 

@@ -186,6 +186,8 @@ class Device:
 
     family = "hpu"
     backend = "hccl"
+    counts_host = True  # the host's first rank (start_processes says which)
+    host_ranks = 1  # the job's ranks on this host (start_processes)
     contiguous_region_inputs = False  # compiled blocks take their inputs as they come
 
     def __init__(self, local_rank: int) -> None:
@@ -305,6 +307,41 @@ class Device:
             ("power_w", "temperature_c"),
         )
 
+    def energy_reader(self) -> tuple:
+        """The cards' power from hl-smi (Gaudi has no energy counter to read), sampled every
+        0.5 s by the host's first rank for the host's cards of the job: those that
+        HABANA_VISIBLE_MODULES names, or every card where the job's ranks on the host are as
+        many (hl-smi does not say which process uses which card)."""
+        if not self.counts_host:
+            return None, "hl-smi (read by the host's first rank)", None
+        source = "hl-smi power sampled every 0.5 s"
+        command = ["hl-smi", "-Q", "module_id,power.draw", "-f", "csv,noheader,nounits"]
+        rows = smi_rows(command)
+        if rows is None:
+            return None, source, "hl-smi does not answer: no card's power"
+        visible = os.environ.get("HABANA_VISIBLE_MODULES")
+        if visible:
+            modules = {module.strip() for module in visible.split(",")}
+        elif len(rows) == self.host_ranks:
+            modules = {row[0] for row in rows}
+        else:
+            why = (f"hl-smi lists {len(rows)} cards and the job has {self.host_ranks} "
+                   "ranks on this host: set HABANA_VISIBLE_MODULES to say which")  # fmt: skip
+            return None, source, why
+
+        def watts() -> float:
+            found = [row for row in smi_rows(command) or () if row[0] in modules]
+            if len(found) != len(modules):
+                listed = f"{len(found)} of the {len(modules)} cards"
+                raise RuntimeError(f"hl-smi lists {listed}")
+            return sum(float(row[1]) for row in found)
+
+        try:
+            sampler = PowerSampler(watts, 0.5)
+        except (RuntimeError, ValueError, IndexError) as error:
+            return None, source, f"hl-smi's power reading: {error}"
+        return sampler, f"{source} ({len(modules)} cards)", None
+
     def reset_peak_memory(self) -> None:
         hthpu.reset_peak_memory_stats()
 
@@ -315,11 +352,25 @@ class Device:
         return hthpu.get_device_name()
 
     def versions(self) -> dict:
-        """The driver as hl-smi reports it (None where it does not answer); Habana's PyTorch
-        plugin and SynapseAI's version are among the libraries (habana-torch-plugin)."""
+        """The driver as hl-smi reports it; the SynapseAI release and the firmware its
+        version line names (`hl-smi -v`: "Habanalabs hl-smi/hlml version hl-1.11.0-fw-45.1.1.1
+        (...)"; HCCL is part of that release); the first card's SPI firmware as `hl-smi -L`
+        lists it ("Firmware [SPI] Version : Preboot version hl-gaudi2-1.12.1-fw-46.0.5-sec-6
+        (...)"). None where hl-smi does not answer or says otherwise; Habana's PyTorch plugin
+        is among the libraries (habana-torch-plugin)."""
         command = ["hl-smi", "-Q", "driver_version", "-f", "csv,noheader"]
         smi = query_smi(command, ("driver",), numbers=False) or {}
-        return {"driver": smi.get("driver")}
+        found = {"driver": smi.get("driver"), "synapseai": None, "firmware": None}
+        for word in (smi_output(["hl-smi", "-v"]) or "").split():
+            if word.startswith("hl-") and "-fw-" in word:  # hl-<release>-fw-<firmware>
+                found["synapseai"], found["firmware"] = word[3:].split("-fw-", 1)
+                break
+        for line in (smi_output(["hl-smi", "-L"]) or "").splitlines():
+            name, _, value = line.partition(":")
+            if name.strip() == "Firmware [SPI] Version" and value.strip():
+                found["card_firmware"] = value.strip()[:200]
+                break  # the first card's: a host's cards carry one firmware
+        return found
 
     def profiler_activities(self) -> list:
         """What torch.profiler records here: host operators and the card's work, through the
@@ -741,6 +792,10 @@ def start_processes(metrics: dict):
         dist.init_process_group(backend=device.backend, rank=rank, world_size=world)
         hosts = [None] * world
         dist.all_gather_object(hosts, socket.gethostname())
+    # the host's first rank reads what counts the whole host (RAPL, the host's cards)
+    here = socket.gethostname()
+    device.counts_host = hosts.index(here) == rank
+    device.host_ranks = hosts.count(here)
     metrics["world_size"] = world
     metrics["hosts"] = sorted(set(hosts))
     metrics["nodes"] = len(metrics["hosts"])
@@ -851,11 +906,8 @@ def window_steps(planned: int, step_s, world: int, device) -> int:
     return max(planned, min(MIN_MEASURED_STEPS, wanted))
 
 
-def query_smi(command: list, names: tuple, numbers: bool = True):
-    """One line of a vendor tool's CSV query (nvidia-smi, hl-smi) as {name: value}: numbers
-    where they parse (unless `numbers` is False: versions stay text), the tool's own text
-    elsewhere; None where the tool is missing or fails. Read outside the measured window
-    only."""
+def smi_output(command: list):
+    """What a vendor tool (nvidia-smi, hl-smi) prints; None where it is missing or fails."""
     import subprocess  # only here: most programs never read a vendor tool
 
     try:
@@ -864,12 +916,25 @@ def query_smi(command: list, names: tuple, numbers: bool = True):
         )
     except (OSError, subprocess.SubprocessError):
         return None
-    lines = done.stdout.strip().splitlines()
-    if not lines:
+    return done.stdout
+
+
+def smi_rows(command: list):
+    """The lines of a vendor tool's CSV query, each a list of its values; None where the
+    tool is missing, fails or prints nothing."""
+    lines = (smi_output(command) or "").strip().splitlines()
+    return [[value.strip() for value in line.split(",")] for line in lines] or None
+
+
+def query_smi(command: list, names: tuple, numbers: bool = True):
+    """The first line of a vendor tool's CSV query as {name: value}: numbers where they
+    parse (unless `numbers` is False: versions stay text), the tool's own text elsewhere;
+    None where the tool is missing or fails. Read outside the measured window only."""
+    rows = smi_rows(command)
+    if rows is None:
         return None
-    values = [value.strip() for value in lines[0].split(",")]
     state = {}
-    for name, value in zip(names, values, strict=False):
+    for name, value in zip(names, rows[0], strict=False):
         number = value.split(" ")[0]  # "350 W" -> "350"
         try:
             state[name] = float(number) if numbers else value
@@ -881,10 +946,12 @@ def query_smi(command: list, names: tuple, numbers: bool = True):
 class MeasuredWindow:
     """The measured steps: the garbage collector frozen and off, one timing boundary per
     step (device events on CUDA, nothing that waits for the device), losses kept on the
-    device and read once at the end, with the finite check done there too."""
+    device and read once at the end, with the finite check done there too; the energy read
+    at the window's edges, where the device has finished."""
 
-    def __init__(self, device, steps: int, sync_free: bool = True) -> None:
+    def __init__(self, device, steps: int, meter, sync_free: bool = True) -> None:
         self.device = device
+        self.meter = meter  # the energy over the window (EnergyMeter)
         self.steps = steps
         # False: a step reads the device (fp16's gradient scaler)
         self.sync_free = sync_free
@@ -899,6 +966,7 @@ class MeasuredWindow:
         gc.disable()
         self.device.synchronize()
         self.device.reset_peak_memory()
+        self.meter.begin()
         self.marks.append(self.device.time_mark())
         if self.sync_free:
             self.watched = self.device.watch_host_syncs(True)
@@ -919,6 +987,8 @@ class MeasuredWindow:
     def __exit__(self, *exc) -> None:
         if self.watched:
             self.device.watch_host_syncs(False)
+        self.device.synchronize()  # the window's work done: the energy counted to here
+        self.meter.end()
         gc.enable()
         gc.unfreeze()
 
@@ -997,6 +1067,134 @@ def use_compile_cache(metrics: dict) -> None:
     folder = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     compiled = PLAN["optimize"]["knobs"]["compile"] != "off"
     metrics["compile_cache"] = os.path.abspath(folder) if compiled and folder else None
+
+
+class PowerSampler:
+    """A device's power read every `period` seconds on a thread of its own, as a running
+    integral in joules (each reading held until the next, the trapezoid between them): for a
+    device with no energy counter. The thread never touches the device's queue of work, so a
+    measured step waits for nothing; its reads cost the host a little time, which the docs
+    say."""
+
+    def __init__(self, watts, period: float) -> None:
+        # () -> the power now, in watts (raises where the tool fails)
+        self.watts = watts
+        self.period = period
+        self.total = 0.0
+        self.last = None  # (time, watts) of the latest reading
+        self.failure = None
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        self.read()  # the first reading, here: a tool that does not answer fails now
+        self.thread = threading.Thread(target=self.run, name="power", daemon=True)
+        self.thread.start()
+
+    def read(self) -> None:
+        now, power = time.perf_counter(), float(self.watts())
+        with self.lock:
+            if self.last is not None:
+                self.total += (now - self.last[0]) * (self.last[1] + power) / 2
+            self.last = (now, power)
+
+    def run(self) -> None:
+        while not self.done.wait(self.period):
+            try:
+                self.read()
+            except Exception as error:  # the reason is kept: no figure
+                self.failure = error
+                return
+
+    def joules(self) -> float:
+        """The integral up to now (the latest reading held to now)."""
+        if self.failure is not None:
+            raise self.failure
+        with self.lock:
+            held, power = self.last
+            return self.total + (time.perf_counter() - held) * power
+
+    def close(self) -> None:
+        self.done.set()
+        self.thread.join(timeout=2 * self.period + 10)
+
+
+class EnergyMeter:
+    """The energy the job's devices used over its measured work. The adapter gives this
+    rank's reader (device.energy_reader): a counter in joules read at the edges of each
+    measured part, after the device has finished it, or a PowerSampler's integral; none
+    where another rank of the host reads the host's counter, or none with the reason.
+    summary() sums every rank's joules into the job's."""
+
+    def __init__(self, reading: tuple) -> None:
+        self.reader, self.source, self.why = reading  # device.energy_reader()
+        self.joules = 0.0
+        self.seconds = 0.0
+        self.began = None
+
+    def read(self):
+        try:
+            return self.reader.joules()
+        except Exception as error:  # a tool that stops answering: the reason
+            self.why = f"{self.source} stopped answering: {error}"
+            self.reader = None
+            return None
+
+    def begin(self) -> None:
+        """A measured part starts (the device has finished what came before)."""
+        if self.reader is not None:
+            joules = self.read()
+            self.began = None if joules is None else (time.perf_counter(), joules)
+
+    def end(self) -> None:
+        """The measured part is over (the device has finished it)."""
+        if self.began is None or self.reader is None:
+            return
+        began_s, began_j = self.began
+        self.began = None
+        joules = self.read()
+        if joules is not None:
+            self.joules += joules - began_j
+            self.seconds += time.perf_counter() - began_s
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            getattr(self.reader, "close", lambda: None)()
+
+    def summary(self, units: float, world: int, device) -> dict:
+        """The job's energy over the measured work: every rank's joules summed (a host's
+        counter read by one rank of the host), per unit of work (images or tokens) and as
+        mean watts over the seconds between the reads (rank 0's: the first rank of its host
+        always reads); null figures and the reason where a rank could not read its part.
+        A collective where there are several ranks: every rank calls it."""
+        self.close()
+        reads = self.reader is not None or self.why is not None  # this rank has a part
+        missing = self.why is not None
+        # fp32: every backend sums it
+        totals = torch.tensor([self.joules, missing, reads])
+        whys = [self.why]
+        if world > 1:
+            totals = totals.to(device.device)
+            dist.all_reduce(totals)
+            totals = totals.cpu()
+            whys = [None] * world
+            dist.all_gather_object(whys, self.why)
+        joules, missed, parts = float(totals[0]), int(totals[1]), int(totals[2])
+        seconds = self.seconds if self.seconds > 0 else None
+        why = next((w for w in whys if w), None)
+        if why is None and (joules <= 0 or units <= 0):
+            why = f"{self.source}: no energy counted over the measured work"
+        if why is not None:
+            if 0 < missed < parts:
+                why = f"{missed} of the {parts} ranks that read energy: {why}"
+            return {"joules": None, "per_unit_j": None, "mean_w": None,
+                    "seconds": seconds, "source": self.source, "why": why}  # fmt: skip
+        return {
+            "joules": joules,
+            "per_unit_j": joules / units,
+            "mean_w": joules / seconds if seconds else None,
+            "seconds": seconds,
+            "source": self.source,
+            "why": None,
+        }
 
 
 # Where the profiled steps' device time goes. A run profiles (PLAN's measure.profile, or
@@ -1355,7 +1553,8 @@ def train(metrics: dict, started: float, trace_to=None) -> None:
     steps = window_steps(run["steps"] - run["warmup"], pace, world, device)
     total = run["warmup"] + steps
     # fp16's gradient scaler reads found_inf from the device once per step (docs/programs.md)
-    window = MeasuredWindow(device, steps, sync_free=run["precision"] != "fp16")
+    meter = EnergyMeter(device.energy_reader())
+    window = MeasuredWindow(device, steps, meter, sync_free=run["precision"] != "fp16")
     with window:
         index = run["warmup"]
         shown, shown_index = time.perf_counter(), index
@@ -1388,6 +1587,8 @@ def train(metrics: dict, started: float, trace_to=None) -> None:
         profile = profile_steps(device, rank, profiled, lambda _: step(batch), trace_to)
         if profile is not None:
             metrics["profile"] = profile
+    items = run["global_batch"] * len(step_times) * PLAN["items_per_sample"]
+    energy = meter.summary(items, world, device)  # a collective: every rank
     samples_per_s = run["global_batch"] * len(step_times) / sum(step_times)
     items_per_s = samples_per_s * PLAN["items_per_sample"]  # images, or tokens
     losses += measured_losses
@@ -1407,6 +1608,7 @@ def train(metrics: dict, started: float, trace_to=None) -> None:
         peak_rss_bytes=peak_rss_bytes(),
         peak_reserved_memory_bytes=device.peak_reserved_bytes(),
         flops=flops_summary(PLAN["train_flops_per_sample"], samples_per_s / world),
+        energy=energy,
     )
     if compiled and warmup_times:  # compile reported apart from the rest of the warmup
         metrics["warmup_s"] = sum(warmup_times[1:])

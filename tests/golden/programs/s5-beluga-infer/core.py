@@ -400,6 +400,10 @@ def start_processes(metrics: dict):
         dist.init_process_group(backend=device.backend, rank=rank, world_size=world)
         hosts = [None] * world
         dist.all_gather_object(hosts, socket.gethostname())
+    # the host's first rank reads what counts the whole host (RAPL, the host's cards)
+    here = socket.gethostname()
+    device.counts_host = hosts.index(here) == rank
+    device.host_ranks = hosts.count(here)
     metrics["world_size"] = world
     metrics["hosts"] = sorted(set(hosts))
     metrics["nodes"] = len(metrics["hosts"])
@@ -510,11 +514,8 @@ def window_steps(planned: int, step_s, world: int, device) -> int:
     return max(planned, min(MIN_MEASURED_STEPS, wanted))
 
 
-def query_smi(command: list, names: tuple, numbers: bool = True):
-    """One line of a vendor tool's CSV query (nvidia-smi, hl-smi) as {name: value}: numbers
-    where they parse (unless `numbers` is False: versions stay text), the tool's own text
-    elsewhere; None where the tool is missing or fails. Read outside the measured window
-    only."""
+def smi_output(command: list):
+    """What a vendor tool (nvidia-smi, hl-smi) prints; None where it is missing or fails."""
     import subprocess  # only here: most programs never read a vendor tool
 
     try:
@@ -523,12 +524,25 @@ def query_smi(command: list, names: tuple, numbers: bool = True):
         )
     except (OSError, subprocess.SubprocessError):
         return None
-    lines = done.stdout.strip().splitlines()
-    if not lines:
+    return done.stdout
+
+
+def smi_rows(command: list):
+    """The lines of a vendor tool's CSV query, each a list of its values; None where the
+    tool is missing, fails or prints nothing."""
+    lines = (smi_output(command) or "").strip().splitlines()
+    return [[value.strip() for value in line.split(",")] for line in lines] or None
+
+
+def query_smi(command: list, names: tuple, numbers: bool = True):
+    """The first line of a vendor tool's CSV query as {name: value}: numbers where they
+    parse (unless `numbers` is False: versions stay text), the tool's own text elsewhere;
+    None where the tool is missing or fails. Read outside the measured window only."""
+    rows = smi_rows(command)
+    if rows is None:
         return None
-    values = [value.strip() for value in lines[0].split(",")]
     state = {}
-    for name, value in zip(names, values, strict=False):
+    for name, value in zip(names, rows[0], strict=False):
         number = value.split(" ")[0]  # "350 W" -> "350"
         try:
             state[name] = float(number) if numbers else value
@@ -540,10 +554,12 @@ def query_smi(command: list, names: tuple, numbers: bool = True):
 class MeasuredWindow:
     """The measured steps: the garbage collector frozen and off, one timing boundary per
     step (device events on CUDA, nothing that waits for the device), losses kept on the
-    device and read once at the end, with the finite check done there too."""
+    device and read once at the end, with the finite check done there too; the energy read
+    at the window's edges, where the device has finished."""
 
-    def __init__(self, device, steps: int, sync_free: bool = True) -> None:
+    def __init__(self, device, steps: int, meter, sync_free: bool = True) -> None:
         self.device = device
+        self.meter = meter  # the energy over the window (EnergyMeter)
         self.steps = steps
         # False: a step reads the device (fp16's gradient scaler)
         self.sync_free = sync_free
@@ -558,6 +574,7 @@ class MeasuredWindow:
         gc.disable()
         self.device.synchronize()
         self.device.reset_peak_memory()
+        self.meter.begin()
         self.marks.append(self.device.time_mark())
         if self.sync_free:
             self.watched = self.device.watch_host_syncs(True)
@@ -578,6 +595,8 @@ class MeasuredWindow:
     def __exit__(self, *exc) -> None:
         if self.watched:
             self.device.watch_host_syncs(False)
+        self.device.synchronize()  # the window's work done: the energy counted to here
+        self.meter.end()
         gc.enable()
         gc.unfreeze()
 
@@ -656,6 +675,134 @@ def use_compile_cache(metrics: dict) -> None:
     folder = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     compiled = PLAN["optimize"]["knobs"]["compile"] != "off"
     metrics["compile_cache"] = os.path.abspath(folder) if compiled and folder else None
+
+
+class PowerSampler:
+    """A device's power read every `period` seconds on a thread of its own, as a running
+    integral in joules (each reading held until the next, the trapezoid between them): for a
+    device with no energy counter. The thread never touches the device's queue of work, so a
+    measured step waits for nothing; its reads cost the host a little time, which the docs
+    say."""
+
+    def __init__(self, watts, period: float) -> None:
+        # () -> the power now, in watts (raises where the tool fails)
+        self.watts = watts
+        self.period = period
+        self.total = 0.0
+        self.last = None  # (time, watts) of the latest reading
+        self.failure = None
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        self.read()  # the first reading, here: a tool that does not answer fails now
+        self.thread = threading.Thread(target=self.run, name="power", daemon=True)
+        self.thread.start()
+
+    def read(self) -> None:
+        now, power = time.perf_counter(), float(self.watts())
+        with self.lock:
+            if self.last is not None:
+                self.total += (now - self.last[0]) * (self.last[1] + power) / 2
+            self.last = (now, power)
+
+    def run(self) -> None:
+        while not self.done.wait(self.period):
+            try:
+                self.read()
+            except Exception as error:  # the reason is kept: no figure
+                self.failure = error
+                return
+
+    def joules(self) -> float:
+        """The integral up to now (the latest reading held to now)."""
+        if self.failure is not None:
+            raise self.failure
+        with self.lock:
+            held, power = self.last
+            return self.total + (time.perf_counter() - held) * power
+
+    def close(self) -> None:
+        self.done.set()
+        self.thread.join(timeout=2 * self.period + 10)
+
+
+class EnergyMeter:
+    """The energy the job's devices used over its measured work. The adapter gives this
+    rank's reader (device.energy_reader): a counter in joules read at the edges of each
+    measured part, after the device has finished it, or a PowerSampler's integral; none
+    where another rank of the host reads the host's counter, or none with the reason.
+    summary() sums every rank's joules into the job's."""
+
+    def __init__(self, reading: tuple) -> None:
+        self.reader, self.source, self.why = reading  # device.energy_reader()
+        self.joules = 0.0
+        self.seconds = 0.0
+        self.began = None
+
+    def read(self):
+        try:
+            return self.reader.joules()
+        except Exception as error:  # a tool that stops answering: the reason
+            self.why = f"{self.source} stopped answering: {error}"
+            self.reader = None
+            return None
+
+    def begin(self) -> None:
+        """A measured part starts (the device has finished what came before)."""
+        if self.reader is not None:
+            joules = self.read()
+            self.began = None if joules is None else (time.perf_counter(), joules)
+
+    def end(self) -> None:
+        """The measured part is over (the device has finished it)."""
+        if self.began is None or self.reader is None:
+            return
+        began_s, began_j = self.began
+        self.began = None
+        joules = self.read()
+        if joules is not None:
+            self.joules += joules - began_j
+            self.seconds += time.perf_counter() - began_s
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            getattr(self.reader, "close", lambda: None)()
+
+    def summary(self, units: float, world: int, device) -> dict:
+        """The job's energy over the measured work: every rank's joules summed (a host's
+        counter read by one rank of the host), per unit of work (images or tokens) and as
+        mean watts over the seconds between the reads (rank 0's: the first rank of its host
+        always reads); null figures and the reason where a rank could not read its part.
+        A collective where there are several ranks: every rank calls it."""
+        self.close()
+        reads = self.reader is not None or self.why is not None  # this rank has a part
+        missing = self.why is not None
+        # fp32: every backend sums it
+        totals = torch.tensor([self.joules, missing, reads])
+        whys = [self.why]
+        if world > 1:
+            totals = totals.to(device.device)
+            dist.all_reduce(totals)
+            totals = totals.cpu()
+            whys = [None] * world
+            dist.all_gather_object(whys, self.why)
+        joules, missed, parts = float(totals[0]), int(totals[1]), int(totals[2])
+        seconds = self.seconds if self.seconds > 0 else None
+        why = next((w for w in whys if w), None)
+        if why is None and (joules <= 0 or units <= 0):
+            why = f"{self.source}: no energy counted over the measured work"
+        if why is not None:
+            if 0 < missed < parts:
+                why = f"{missed} of the {parts} ranks that read energy: {why}"
+            return {"joules": None, "per_unit_j": None, "mean_w": None,
+                    "seconds": seconds, "source": self.source, "why": why}  # fmt: skip
+        return {
+            "joules": joules,
+            "per_unit_j": joules / units,
+            "mean_w": joules / seconds if seconds else None,
+            "seconds": seconds,
+            "source": self.source,
+            "why": None,
+        }
 
 
 # Where the profiled steps' device time goes. A run profiles (PLAN's measure.profile, or
@@ -1132,14 +1279,17 @@ class TimedCall:
     the call claims no host synchronisation, so the device's host-sync watch is on inside
     it (CUDA's sync debug mode under BENCHC_SYNC_DEBUG; the measured calls of the loop)."""
 
-    def __init__(self, device, watch: bool = False) -> None:
+    def __init__(self, device, watch: bool = False, meter=None) -> None:
         self.device = device
         self.watch = watch
+        self.meter = meter  # the energy of a measured full call (EnergyMeter), or None
         self.watched = None  # the watch the device applied, if any
         self.seconds = None
 
     def __enter__(self):
         self.device.synchronize()
+        if self.meter is not None:
+            self.meter.begin()
         self.begin = time.perf_counter()
         if self.watch:
             self.watched = self.device.watch_host_syncs(True)
@@ -1150,6 +1300,8 @@ class TimedCall:
             self.device.watch_host_syncs(False)
         self.device.synchronize()
         self.seconds = time.perf_counter() - self.begin
+        if self.meter is not None:
+            self.meter.end()
 
 
 def decode_bandwidth(tpot, new_tokens: int) -> dict:
@@ -1228,10 +1380,14 @@ def generate_benchmark(metrics: dict, started: float, trace_to=None) -> None:
     sync_free = PLAN["optimize"]["knobs"]["decode"] == "loop"
     watched = []  # the host-sync watch of the measured calls of benchc's loop
 
+    meter = EnergyMeter(device.energy_reader())  # the energy of the measured full calls
+
     def timed(tokens: int, measured: bool, marks=None):
-        """A synchronised call; `marks`: a device time mark appended as each token is made."""
+        """A synchronised call; `marks`: a device time mark appended as each token is made,
+        and the call's energy counted (a measured full call)."""
         on_token = None if marks is None else lambda: marks.append(device.time_mark())
-        with TimedCall(device, watch=measured and sync_free) as call:
+        counted = meter if marks is not None else None
+        with TimedCall(device, watch=measured and sync_free, meter=counted) as call:
             output = generate(tokens, on_token)
         watched.append(call.watched)
         return output, call.seconds
@@ -1292,7 +1448,9 @@ def generate_benchmark(metrics: dict, started: float, trace_to=None) -> None:
             metrics["profile"] = profile
     warm = run["warmup"]
     measured = totals[warm:]
-    tokens_per_s = run["batch"] * new_tokens * len(measured) / sum(measured)
+    tokens = run["batch"] * new_tokens * len(measured)
+    energy = meter.summary(tokens, world, device)  # a collective: every rank
+    tokens_per_s = tokens / sum(measured)
     sequences_per_s = run["batch"] * len(measured) / sum(measured)
     ttft, tpot = first_token[warm:], per_token[warm:]
     itl_missing = NO_TOKEN_MARKS.get(device.family)
@@ -1328,4 +1486,5 @@ def generate_benchmark(metrics: dict, started: float, trace_to=None) -> None:
         peak_memory_bytes=int(peak.item()),
         peak_rss_bytes=peak_rss_bytes(),
         flops=flops_summary(PLAN["flops_per_sample"], sequences_per_s / world),
+        energy=energy,
     )

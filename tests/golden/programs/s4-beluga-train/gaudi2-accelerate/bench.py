@@ -185,6 +185,8 @@ class Device:
 
     family = "hpu"
     backend = "hccl"
+    counts_host = True  # the host's first rank (start_processes says which)
+    host_ranks = 1  # the job's ranks on this host (start_processes)
     contiguous_region_inputs = False  # compiled blocks take their inputs as they come
 
     def __init__(self, local_rank: int) -> None:
@@ -304,6 +306,41 @@ class Device:
             ("power_w", "temperature_c"),
         )
 
+    def energy_reader(self) -> tuple:
+        """The cards' power from hl-smi (Gaudi has no energy counter to read), sampled every
+        0.5 s by the host's first rank for the host's cards of the job: those that
+        HABANA_VISIBLE_MODULES names, or every card where the job's ranks on the host are as
+        many (hl-smi does not say which process uses which card)."""
+        if not self.counts_host:
+            return None, "hl-smi (read by the host's first rank)", None
+        source = "hl-smi power sampled every 0.5 s"
+        command = ["hl-smi", "-Q", "module_id,power.draw", "-f", "csv,noheader,nounits"]
+        rows = smi_rows(command)
+        if rows is None:
+            return None, source, "hl-smi does not answer: no card's power"
+        visible = os.environ.get("HABANA_VISIBLE_MODULES")
+        if visible:
+            modules = {module.strip() for module in visible.split(",")}
+        elif len(rows) == self.host_ranks:
+            modules = {row[0] for row in rows}
+        else:
+            why = (f"hl-smi lists {len(rows)} cards and the job has {self.host_ranks} "
+                   "ranks on this host: set HABANA_VISIBLE_MODULES to say which")  # fmt: skip
+            return None, source, why
+
+        def watts() -> float:
+            found = [row for row in smi_rows(command) or () if row[0] in modules]
+            if len(found) != len(modules):
+                listed = f"{len(found)} of the {len(modules)} cards"
+                raise RuntimeError(f"hl-smi lists {listed}")
+            return sum(float(row[1]) for row in found)
+
+        try:
+            sampler = PowerSampler(watts, 0.5)
+        except (RuntimeError, ValueError, IndexError) as error:
+            return None, source, f"hl-smi's power reading: {error}"
+        return sampler, f"{source} ({len(modules)} cards)", None
+
     def reset_peak_memory(self) -> None:
         hthpu.reset_peak_memory_stats()
 
@@ -314,11 +351,25 @@ class Device:
         return hthpu.get_device_name()
 
     def versions(self) -> dict:
-        """The driver as hl-smi reports it (None where it does not answer); Habana's PyTorch
-        plugin and SynapseAI's version are among the libraries (habana-torch-plugin)."""
+        """The driver as hl-smi reports it; the SynapseAI release and the firmware its
+        version line names (`hl-smi -v`: "Habanalabs hl-smi/hlml version hl-1.11.0-fw-45.1.1.1
+        (...)"; HCCL is part of that release); the first card's SPI firmware as `hl-smi -L`
+        lists it ("Firmware [SPI] Version : Preboot version hl-gaudi2-1.12.1-fw-46.0.5-sec-6
+        (...)"). None where hl-smi does not answer or says otherwise; Habana's PyTorch plugin
+        is among the libraries (habana-torch-plugin)."""
         command = ["hl-smi", "-Q", "driver_version", "-f", "csv,noheader"]
         smi = query_smi(command, ("driver",), numbers=False) or {}
-        return {"driver": smi.get("driver")}
+        found = {"driver": smi.get("driver"), "synapseai": None, "firmware": None}
+        for word in (smi_output(["hl-smi", "-v"]) or "").split():
+            if word.startswith("hl-") and "-fw-" in word:  # hl-<release>-fw-<firmware>
+                found["synapseai"], found["firmware"] = word[3:].split("-fw-", 1)
+                break
+        for line in (smi_output(["hl-smi", "-L"]) or "").splitlines():
+            name, _, value = line.partition(":")
+            if name.strip() == "Firmware [SPI] Version" and value.strip():
+                found["card_firmware"] = value.strip()[:200]
+                break  # the first card's: a host's cards carry one firmware
+        return found
 
     def profiler_activities(self) -> list:
         """What torch.profiler records here: host operators and the card's work, through the

@@ -131,11 +131,24 @@ SDPA_BACKENDS = {
 }
 
 
+class NvmlEnergyCounter:
+    """A GPU's total energy counter (NVML, millijoules since the driver loaded), in joules."""
+
+    def __init__(self, pynvml, handle) -> None:
+        self.pynvml = pynvml
+        self.handle = handle
+
+    def joules(self) -> float:
+        return self.pynvml.nvmlDeviceGetTotalEnergyConsumption(self.handle) / 1000.0
+
+
 class Device:
     """Target adapter: NVIDIA CUDA. One GPU per process (LOCAL_RANK); NCCL."""
 
     family = "cuda"
     backend = "nccl"
+    counts_host = True  # the host's first rank (start_processes says which)
+    host_ranks = 1  # the job's ranks on this host (start_processes)
     contiguous_region_inputs = False  # compiled blocks take their inputs as they come
 
     def __init__(self, local_rank: int) -> None:
@@ -252,6 +265,38 @@ class Device:
             if state is not None:
                 return state
         return None
+
+    def energy_reader(self) -> tuple:
+        """This GPU's energy from NVML (nvidia-ml-py), found by its UUID: the board's total
+        energy counter where the GPU has one (Volta and later), else its power sampled every
+        0.1 s."""
+        try:
+            import pynvml  # only here: nvidia-ml-py, which the program reads if installed
+        except ImportError:
+            why = "nvidia-ml-py is not installed (pip install nvidia-ml-py)"
+            return None, "NVML", why
+        try:
+            pynvml.nvmlInit()
+            uuid = "GPU-" + str(torch.cuda.get_device_properties(self.device).uuid)
+            handle = pynvml.nvmlDeviceGetHandleByUUID(uuid)
+        except pynvml.NVMLError as error:
+            return None, "NVML", f"NVML does not answer for this GPU: {error}"
+        try:
+            pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)
+        except pynvml.NVMLError_NotSupported:
+            pass
+        except pynvml.NVMLError as error:
+            return None, "NVML", f"NVML's energy counter does not answer: {error}"
+        else:
+            return NvmlEnergyCounter(pynvml, handle), "NVML total energy counter", None
+        source = "NVML power sampled every 0.1 s (this GPU has no energy counter)"
+        try:
+            sampler = PowerSampler(
+                lambda: pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0, 0.1
+            )
+        except pynvml.NVMLError as error:
+            return None, source, f"NVML's power reading does not answer: {error}"
+        return sampler, source, None
 
     def reset_peak_memory(self) -> None:
         torch.cuda.reset_peak_memory_stats()

@@ -146,6 +146,60 @@ SDPA_BACKENDS = {
 }
 
 
+POWERCAP = "/sys/class/powercap"
+
+
+class RaplCounter:
+    """The host's CPU packages' energy counters (Linux powercap's intel-rapl zones, Intel and
+    recent AMD), in joules, each counter's wrap undone (max_energy_range_uj) as long as it is
+    read at least once a wrap (minutes at full power; the meter reads at every measured part).
+    The packages only: their core and DRAM sub-zones are parts of them, or not the CPU."""
+
+    def __init__(self, root: str = POWERCAP) -> None:
+        self.zones = []
+        for name in sorted(os.listdir(root)):
+            zone = os.path.join(root, name)
+            if not name.startswith("intel-rapl:") or name.count(":") != 1:
+                continue  # sub-zones (intel-rapl:0:0) and MMIO zones are parts of a package
+            with open(os.path.join(zone, "name")) as label:
+                if not label.read().startswith("package"):
+                    continue  # psys: the whole platform, packages included
+            with open(os.path.join(zone, "max_energy_range_uj")) as limit:
+                wrap = int(limit.read())
+            self.zones.append([os.path.join(zone, "energy_uj"), wrap, None, 0])
+        if not self.zones:
+            raise FileNotFoundError(f"no intel-rapl package zone in {root}")
+        self.joules()  # the first read, here: a counter that cannot be read fails now
+
+    def joules(self) -> float:
+        total = 0
+        for zone in self.zones:
+            path, wrap, last, counted = zone
+            with open(path) as counter:
+                now = int(counter.read())
+            if last is not None:
+                counted += now - last if now >= last else wrap - last + now
+            zone[2:] = [now, counted]
+            total += counted
+        return total / 1e6
+
+
+def rapl_reader(root: str = POWERCAP) -> tuple:
+    """(reader, source, why) of the host's packages' RAPL counters."""
+    source = "RAPL (the host's CPU packages)"
+    if not os.path.isdir(root):
+        why = f"RAPL not readable: no {root} here (no powercap in this kernel or container)"
+        return None, source, why
+    try:
+        counter = RaplCounter(root)
+    except PermissionError as error:
+        why = f"RAPL not readable: permission denied ({error.filename}"
+        return None, source, why + "; since Linux 5.10 only root reads it)"
+    except (OSError, ValueError) as error:
+        return None, source, f"RAPL not readable: {error}"
+    return counter, f"{source}: {len(counter.zones)} package zones", None
+
+
 class StoragePeak(TorchDispatchMode):
     """The peak bytes of live CPU tensor storage in this process, the CPU's peak_memory_bytes
     (the CPU has no allocator statistics). Every storage an operator returns is counted until
@@ -228,6 +282,8 @@ class Device:
     # with AMX and AVX512-BF16 (torch 2.13), Inductor's 512-bit C++ code for a bf16 block
     # gave NaN when its input was a transpose (SD3's patch embedding returns one); with the
     # input contiguous it is right (docs/programs.md; benchmarks/repro_inductor_bf16_nan.py).
+    counts_host = True  # the host's first rank (start_processes says which)
+    host_ranks = 1  # the job's ranks on this host (start_processes)
     contiguous_region_inputs = True
 
     def __init__(self, local_rank: int) -> None:
@@ -309,6 +365,13 @@ class Device:
     def state(self):
         """No clock or power tool for the host CPU."""
         return None
+
+    def energy_reader(self) -> tuple:
+        """The host's CPU packages by RAPL, read by the host's first rank (the host's counter
+        counts every process on it: once per host)."""
+        if not self.counts_host:
+            return None, "RAPL (read by the host's first rank)", None
+        return rapl_reader()
 
     def reset_peak_memory(self) -> None:
         """The measured window starts: the tensors' peak stops here (StoragePeak), covering
