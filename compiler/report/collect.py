@@ -28,7 +28,7 @@ from ..results.manifests import HOW_TO_GIVE_ONE
 from ..results.metrics import validation_problems
 from ..results.plans import stored_plan_problem
 from ..results.store import RunRecord
-from .energy import energy_row
+from .energy import RowEnergy, energy_row
 from .latency import latency_of
 from .maths import different_maths, maths_of
 from .setup import setup_of
@@ -90,7 +90,7 @@ class Row:
     sweep_ratio: float | None = None  # to the same target's first point (a sweep): > 1 is better
     setup: tuple = ()  # what its latest run ran on (report/setup.py)
     latency: tuple = ()  # its trials' latency distributions (report/latency.py)
-    energy: object = None  # its trials' energy (report/energy.py RowEnergy; None: none recorded)
+    energy: RowEnergy | None = None  # its trials' energy (report/energy.py; None: none recorded)
 
 
 @frozen

@@ -63,10 +63,10 @@ def energy_lines(section, prices: Prices | None) -> list[str]:
         parts.append(f"{sig(1 / energy.per_unit_j)} {work} per joule ({row.unit} per W)")
         b = base.get(row.point)
         b_energy = b.energy if b is not None else None
-        if row.target != section.baseline and b_energy is not None and b_energy.per_unit_j:
-            if row.ratio is not None:  # the same maths as the baseline's row (report/maths.py)
-                ratio = b_energy.per_unit_j / energy.per_unit_j
-                parts.append(f"performance per watt {sig(ratio)}x {section.baseline} (>1 = less energy)")
+        # a ratio only where the row has one to the baseline: the same maths (report/maths.py)
+        if row.ratio is not None and row.target != section.baseline and b_energy and b_energy.per_unit_j:
+            ratio = b_energy.per_unit_j / energy.per_unit_j
+            parts.append(f"performance per watt {sig(ratio)}x {section.baseline} (>1 = less energy)")
         if electricity is not None:
             cost = energy.per_unit_j * scale / J_PER_KWH * electricity
             parts.append(f"electricity {sig(cost)} {prices.currency} per {per} at "
