@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -16,6 +14,7 @@ from codegen_helpers import plan_literal
 from program_helpers import FrameCounter, compile_point, load_program
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
+from warm_launch import warm_run
 
 from helpers import REPO, run_cli
 
@@ -83,10 +82,9 @@ def probe(tmp_path, tier: str) -> tuple[dict, dict, dict]:
     the metrics, the host syncs counted in each timed call, and the plan."""
     point = compile_point(tmp_path / tier, "beluga-infer.bench", *ONE_DEVICE, f"optimize={tier}")
     metrics_path, counts_path = tmp_path / f"{tier}.json", tmp_path / f"{tier}-counts.json"
-    command = [sys.executable, str(REPO / "tests" / "window_probe.py"), str(point / "bench.py"),
-               str(metrics_path), str(counts_path)]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    done = warm_run(REPO / "tests" / "window_probe.py", [point / "bench.py", metrics_path, counts_path], env,
+                    REPO, [point / "bench.py"])  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     plan = plan_literal((point / "bench.py").read_text())
     return json.loads(metrics_path.read_text()), json.loads(counts_path.read_text()), plan

@@ -457,7 +457,7 @@ def test_fsdp2_and_zero3_ranks_each_read_only_their_part_of_a_sharded_transforme
         if not sets:  # one process: no launcher names its rank for the counter
             env.update(RANK="0", WORLD_SIZE="1")
         point = point_in(tmp_path / out / "fx/cpu")
-        proc = launch_nodes(point, env)
+        proc = launch_nodes(point, env, warm=True)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         reads = [json.loads(p.read_text()) for p in sorted(tmp_path.glob(f"{out}-read.*.json"))]
         return json.loads((point / "metrics.json").read_text()), reads

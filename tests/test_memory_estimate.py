@@ -61,7 +61,8 @@ def test_the_memory_estimate_of_a_smoke_run_bounds_its_measured_peak_closely(tmp
     spec, sets = CASES[case]
     plan = smoke_plan(spec, sets)
     (built,) = compile_plans((plan,), tmp_path / "build")
-    proc = launch_nodes(built.path, traced_env(tmp_path / "mem", plan.cluster.world_size), timeout=600)
+    proc = launch_nodes(built.path, traced_env(tmp_path / "mem", plan.cluster.world_size), timeout=600,
+                        warm=True)  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     metrics = json.loads((built.path / "metrics.json").read_text())
     assert_within_estimate(case, plan, metrics, tmp_path / "mem")

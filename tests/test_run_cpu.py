@@ -1,7 +1,9 @@
-"""The generated CPU program runs for real: torchrun, 2 processes over gloo, a tiny SD3 MMDiT.
+"""The generated CPU program runs for real: 2 processes over gloo, a tiny SD3 MMDiT.
 
 This is the same device-neutral core as the Gaudi and CUDA programs (test_codegen.py checks
-that the text is identical); only the adapter differs.
+that the text is identical); only the adapter differs. The first test runs the build as a user
+does, two launch.sh meeting at torchrun's rendezvous; the others, whose subject is what the
+program does, run its ranks from a warm process (tests/warm_launch.py says what that skips).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import jsonschema
 import pytest
 from energy_checks import assert_energy
 from memory_checks import MEMTRACE, assert_within_estimate, smoke_plan, traced_env
+from warm_launch import LAUNCHERS, warm_launch
 
 from helpers import REPO, free_port, point_in, run_cli
 
@@ -28,10 +31,15 @@ def metrics_schema() -> dict:
     return json.loads(resources.files("benchc.schemas").joinpath("metrics.schema.json").read_text())
 
 
-def launch_nodes(point, env: dict, timeout: float = 300) -> subprocess.CompletedProcess:
+def launch_nodes(point, env: dict, timeout: float = 300, warm: bool = False) -> subprocess.CompletedProcess:
     """The build's own launch.sh, once per node of its plan (several nodes meet on loopback,
-    as cluster nodes do over their network): one process result, outputs joined."""
-    nodes = json.loads((point / "manifest.json").read_text())["run"]["nodes"]
+    as cluster nodes do over their network): one process result, outputs joined. warm: the
+    ranks forked from a warm process instead (tests/warm_launch.py), where the build's
+    launcher is torchrun or the program alone (accelerate's launcher always runs for real)."""
+    run = json.loads((point / "manifest.json").read_text())["run"]
+    if warm and run["launcher"] in LAUNCHERS:
+        return warm_launch(point, env, timeout)
+    nodes = run["nodes"]
     if nodes > 1:
         env = {**env, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "RDZV_ID": point.name,
                "OMP_NUM_THREADS": "1"}  # fmt: skip
@@ -52,31 +60,32 @@ def compile_smoke(tmp_path, spec: str, experiment: str, *overrides: str) -> Path
     return point
 
 
-def compile_smoke_and_launch(tmp_path, spec: str, experiment: str, *overrides: str, traced: bool = False):
-    """`benchc compile SPEC --smoke`, then the build's own launch.sh: (process, metrics, point).
-    traced: with tests/memtrace on, each rank's peak tensor memory in tmp_path/mem.<rank>.json
-    (memory_checks.py holds it to benchc's estimate)."""
+def compile_smoke_and_launch(tmp_path, spec: str, experiment: str, *overrides: str, traced: bool = False,
+                             warm: bool = True):  # fmt: skip
+    """`benchc compile SPEC --smoke`, then its ranks run: (process, metrics, point). warm=False:
+    the build's own launch.sh. traced: with tests/memtrace on, each rank's peak tensor memory in
+    tmp_path/mem.<rank>.json (memory_checks.py holds it to benchc's estimate)."""
     point = compile_smoke(tmp_path, spec, experiment, *overrides)
     world = smoke_plan(spec, list(overrides)).cluster.world_size
     env = traced_env(tmp_path / "mem", world) if traced else {**os.environ, "PYTHON": sys.executable}
-    proc = launch_nodes(point, env)
+    proc = launch_nodes(point, env, warm=warm)
     metrics = json.loads((point / "metrics.json").read_text()) if (point / "metrics.json").exists() else {}
     if metrics:
         jsonschema.validate(metrics, metrics_schema())
     return proc, metrics, point
 
 
-def compile_and_run(tmp_path, *overrides: str, traced: bool = False):
+def compile_and_run(tmp_path, *overrides: str, traced: bool = False, warm: bool = True):
     """S1 at one point (batch 16 -> 2 per process), shrunk."""
     return compile_smoke_and_launch(tmp_path, "sd3.bench", "sd3_mmdit_train", "train.batch=16", *overrides,
-                                    traced=traced)  # fmt: skip
+                                    traced=traced, warm=warm)  # fmt: skip
 
 
 def test_smoke_build_runs_with_two_processes_and_writes_valid_metrics(tmp_path):
     """The multi-node branch for real, without Slurm: node 0 and node 1 are two launch.sh on
     this machine meeting at a c10d rendezvous on 127.0.0.1 (launch_nodes). DDP's memory and
     step are held to benchc's estimate and roofline on the same run (memory_checks.py)."""
-    proc, metrics, point = compile_and_run(tmp_path, traced=True)
+    proc, metrics, point = compile_and_run(tmp_path, traced=True, warm=False)
     assert json.loads((point / "manifest.json").read_text())["run"]["nodes"] == 2
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     jsonschema.validate(metrics, metrics_schema())
@@ -219,7 +228,7 @@ def test_large_model_path_splits_before_allocating(tmp_path):
     text = program.read_text()
     assert text.count('"meta_init": False') == 1
     program.write_text(text.replace('"meta_init": False', '"meta_init": True'))
-    proc = launch_nodes(point, {**os.environ, "PYTHON": sys.executable})
+    proc = launch_nodes(point, {**os.environ, "PYTHON": sys.executable}, warm=True)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     metrics = json.loads((point / "metrics.json").read_text())
     assert metrics["status"] == "ok"
@@ -263,7 +272,7 @@ def test_fsdp2_peak_memory_stays_near_the_shard_plus_one_block_bound(tmp_path):
     point = point_in(tmp_path / "beluga_70b_train/cpu")
     env = {**os.environ, "PYTHON": sys.executable, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(MEMTRACE),
            "BENCHC_TEST_MEMTRACE": str(tmp_path / "mem")}  # fmt: skip
-    proc = launch_nodes(point, env, timeout=600)
+    proc = launch_nodes(point, env, timeout=600, warm=True)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     params = llama_params(
         *(shape[k] for k in ("hidden", "layers", "heads", "kv_heads", "intermediate", "vocab"))
@@ -355,7 +364,8 @@ def test_gaudi_tensor_parallel_path_builds_on_meta_and_fills_its_shards_on_two_c
     split = "return deepspeed_tensor_parallel(model, degree, dtype, graphs)"
     text = text.replace(dtensor, cpu_all_reduce + split)
     program.write_text(text)
-    proc = launch_nodes(point, {**os.environ, "PYTHON": sys.executable, "OMP_NUM_THREADS": "1"}, timeout=600)
+    proc = launch_nodes(point, {**os.environ, "PYTHON": sys.executable, "OMP_NUM_THREADS": "1"}, timeout=600,
+                        warm=True)  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     metrics = json.loads((point / "metrics.json").read_text())
     assert metrics["status"] == "ok" and metrics["world_size"] == 2

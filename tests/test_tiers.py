@@ -17,6 +17,7 @@ import pytest
 import torch
 from codegen_helpers import in_repo, plan_literal, spec_files
 from program_helpers import WORKLOADS, FrameCounter, compile_point, load_program
+from warm_launch import warm_run
 
 from benchc.pipeline import plan_spec
 
@@ -134,8 +135,7 @@ def test_no_host_synchronisation_inside_the_measured_steps(tmp_path, spec, runti
     metrics_path, counts_path = tmp_path / "metrics.json", tmp_path / "counts.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     probe = REPO / "tests" / "window_probe.py"
-    command = [sys.executable, str(probe), str(point / "bench.py"), str(metrics_path), str(counts_path)]
-    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    done = warm_run(probe, [point / "bench.py", metrics_path, counts_path], env, REPO, [point / "bench.py"])
     assert done.returncode == 0, done.stderr[-3000:]
     counts = json.loads(counts_path.read_text())
     assert counts["windows"] == 1 and counts["ops"] > 100  # the steps ran under the counter

@@ -5,7 +5,9 @@ tests/test_causal_lm.py puts this folder on PYTHONPATH with BENCHC_TEST_READCOUN
 Python imports it at start-up in every process. It replaces `safetensors.safe_open` (before the
 program imports it) with a wrapper whose tensors and slices count the bytes they return, and
 each rank (RANK set) writes <prefix>.<rank>.json at exit: {"bytes": N, "tensors": K, "largest": L}
-(L: the bytes of the largest single read).
+(L: the bytes of the largest single read). tests/warm_launch.py starts its warm process with
+BENCHC_TEST_READCOUNT=- (armed before any library imports safetensors, writing nothing): each
+rank forked from it writes under the prefix its own environment names at its exit.
 """
 
 import atexit
@@ -61,7 +63,7 @@ if _PREFIX:
 
     @atexit.register
     def _write() -> None:
-        rank = os.environ.get("RANK")
-        if rank is not None:
-            with open(f"{_PREFIX}.{rank}.json", "w") as file:
+        rank, prefix = os.environ.get("RANK"), os.environ.get("BENCHC_TEST_READCOUNT")
+        if rank is not None and prefix and prefix != "-":
+            with open(f"{prefix}.{rank}.json", "w") as file:
                 json.dump(_counts, file)
