@@ -341,7 +341,8 @@ def test_a_compiled_program_must_warm_up_before_it_measures():
 AGREE = """
 import importlib.util, json, os, sys
 import torch.distributed as dist
-rank, program, pace, out = int(os.environ["RANK"]), sys.argv[1], float(sys.argv[2]), sys.argv[3]
+rank, program = int(os.environ["RANK"]), sys.argv[1]
+pace, out = float(sys.argv[2].split(",")[rank]), f"{sys.argv[3]}.{rank}.json"
 dist.init_process_group("gloo")
 spec = importlib.util.spec_from_file_location("bench", program)
 module = importlib.util.module_from_spec(spec)
@@ -362,8 +363,6 @@ def test_the_measured_window_is_the_same_length_on_every_rank(tmp_path):
     warmup step's pace; ranks must agree on the count (a rank that stopped early would leave
     the others waiting in a collective), so the slowest rank's pace decides, before the
     window. Smoke runs and plans without warmup run what they ask."""
-    from helpers import free_port
-
     full = tmp_path / "full.py"
     full.write_text(spec_files("sd3.bench", "cpu", overrides=["train.batch=16"])["bench.py"])
     module = load_program(full)
@@ -376,17 +375,12 @@ def test_the_measured_window_is_the_same_length_on_every_rank(tmp_path):
     smoke = tmp_path / "smoke.py"
     smoke.write_text(spec_files("sd3.bench", "cpu", smoke=True, overrides=["train.batch=16"])["bench.py"])
     assert load_program(smoke).window_steps(3, 0.01, 1, device) == 3
-    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": "2",
-           "OMP_NUM_THREADS": "1"}  # fmt: skip
-    ranks = []
-    for rank, pace in enumerate([0.1, 2.0]):
-        command = [sys.executable, "-c", AGREE, str(full), str(pace), str(tmp_path / f"{rank}.json")]
-        ranks.append(
-            subprocess.Popen(command, env={**env, "RANK": str(rank)}, stderr=subprocess.PIPE, text=True)
-        )
-    errors = [rank.communicate(timeout=300)[1] for rank in ranks]
-    assert [rank.returncode for rank in ranks] == [0, 0], errors
-    assert [json.loads((tmp_path / f"{r}.json").read_text()) for r in (0, 1)] == [10, 10]
+    agree = tmp_path / "agree.py"
+    agree.write_text(AGREE)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = warm_run(agree, [full, "0.1,2.0", tmp_path / "steps"], env, tmp_path, [full], processes=2)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert [json.loads((tmp_path / f"steps.{r}.json").read_text()) for r in (0, 1)] == [10, 10]
 
 
 S3_CUDA_COMPILE = [((), "whole"), (("infer.graphs=false",), "regional"), (("optimize=plain",), "whole"),

@@ -49,7 +49,7 @@ def _warm_process() -> subprocess.Popen:
 def warm_launch(point: Path, env: dict, timeout: float = 300,
                 args: tuple[str, ...] = ()) -> subprocess.CompletedProcess:  # fmt: skip
     """Run the build at `point` as its launch.sh would, every node's ranks here: a process result
-    (return code: the first failing rank's, as torchrun's), the ranks' outputs joined."""
+    (return code: the status of the rank that failed first), the ranks' outputs joined."""
     run = json.loads((point / "manifest.json").read_text())["run"]
     if run["launcher"] not in LAUNCHERS:
         raise ValueError(f"warm_launch runs torchrun's and lone programs' builds, not {run['launcher']}'s")
@@ -63,13 +63,16 @@ def warm_launch(point: Path, env: dict, timeout: float = 300,
                    "port": free_port(), "run_id": point.name, "timeout": timeout})  # fmt: skip
 
 
-def warm_run(script: Path, args: list[str], env: dict, cwd: Path, preload: list[Path],
-             timeout: float = 300) -> subprocess.CompletedProcess:  # fmt: skip
-    """`python SCRIPT ARGS` in `cwd` as one process forked from the warm process, the imports of
-    the `preload` files made there first (a probe that runs a build's program in-process)."""
+def warm_run(script: Path, args: list, env: dict, cwd: Path, preload: list[Path], timeout: float = 300,
+             processes: int = 1) -> subprocess.CompletedProcess:  # fmt: skip
+    """`python SCRIPT ARGS` in `cwd` forked from the warm process, the imports of the `preload`
+    files made there first (a probe that runs a build's program in-process); processes > 1:
+    that many ranks, each with torchrun's variables, as `torchrun --nproc-per-node` starts them."""
+    launcher = "torchrun" if processes > 1 else "python"
     return _serve({"script": str(script), "args": [str(a) for a in args], "cwd": str(cwd),
-                   "preload": [str(p) for p in (script, *preload)], "env": env, "launcher": "python",
-                   "processes": 1, "nodes": 1, "port": 0, "run_id": "", "timeout": timeout})  # fmt: skip
+                   "preload": [str(p) for p in (script, *preload)], "env": env, "launcher": launcher,
+                   "processes": processes, "nodes": 1, "port": free_port(), "run_id": "warm",
+                   "timeout": timeout})  # fmt: skip
 
 
 def _serve(request: dict) -> subprocess.CompletedProcess:
@@ -87,6 +90,7 @@ def _serve(request: dict) -> subprocess.CompletedProcess:
     if not line:
         raise RuntimeError(f"the warm process ended (status {zygote.wait()})")
     reply = json.loads(line)
-    code = next((c for c in reply["codes"] if c), 0)
+    first = reply["first_failed"]  # as torchrun: the status of the rank that failed first
+    code = 0 if first is None else reply["codes"][first]
     command = [request["script"], *request["args"]]
     return subprocess.CompletedProcess(command, code, reply["out"], reply["err"])

@@ -113,7 +113,7 @@ def serve(request: dict) -> dict:
         children[pid] = rank
     codes: dict[int, int] = {}
     deadline = time.monotonic() + request["timeout"]
-    failed_at, termed = None, False
+    failed_at, first_failed, termed = None, None, False
     while len(codes) < len(children):
         for pid, rank in children.items():
             if rank in codes:
@@ -122,7 +122,7 @@ def serve(request: dict) -> dict:
             if done:
                 codes[rank] = os.waitstatus_to_exitcode(status)
                 if codes[rank] != 0 and failed_at is None:
-                    failed_at = time.monotonic()
+                    failed_at, first_failed = time.monotonic(), rank
         now = time.monotonic()
         stop = None
         if now > deadline or (failed_at is not None and now > failed_at + 2 * GRACE_S):
@@ -146,7 +146,7 @@ def serve(request: dict) -> dict:
     for path in folder.iterdir():
         path.unlink()
     folder.rmdir()
-    return {"codes": [codes[rank] for rank in range(request["processes"])],
+    return {"codes": [codes[rank] for rank in range(request["processes"])], "first_failed": first_failed,
             "timed_out": time.monotonic() > deadline, **outputs}  # fmt: skip
 
 
