@@ -49,19 +49,24 @@ def under_load(request):
 # ---------------------------------------------------------------- the order modules run in
 
 # Seconds each of the longest modules takes on one worker (the whole suite, -n 3 on 2 cores,
-# 2026-12-06). They are collected first, so that `pytest -n 3 --dist loadfile` hands them out
-# first and the workers end together; every other module keeps its place. A scheduling hint.
+# 2026-12-07, with tests/warm_launch.py). They are collected first, so that `pytest -n 3 --dist
+# loadfile` hands them out first and the workers end together; every other module keeps its
+# place. A scheduling hint.
 HEAVY_MODULES = {
-    "test_tiers.py": 350,
-    "test_run_cpu.py": 320,
-    "test_slurm.py": 240,  # mostly waiting for the scheduler: a worker of its own
-    "test_memory_estimate.py": 140,
-    "test_signals.py": 130,
-    "test_accelerate_runtime.py": 95,
-    "test_gpu_check.py": 60,
-    "test_report.py": 58,
-    "test_run_command.py": 58,
-    "test_profile.py": 56,
+    "test_tiers.py": 340,
+    "test_causal_lm.py": 340,
+    "test_slurm.py": 280,  # mostly waiting for the scheduler: a worker of its own
+    "test_signals.py": 190,
+    "test_accelerate_runtime.py": 150,
+    "test_gpu_check.py": 140,
+    "test_run_cpu.py": 130,
+    "test_flux.py": 120,
+    "test_decode_buckets.py": 110,
+    "test_gaudi_first_contact.py": 100,
+    "test_fuzz.py": 100,
+    "test_report.py": 85,
+    "test_run_command.py": 75,
+    "test_memory_estimate.py": 65,
 }
 
 

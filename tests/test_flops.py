@@ -146,8 +146,8 @@ def test_sd3_pipeline_flops_per_image_match_torch_flop_counter(tmp_path):
     plan counts it (text encoders and VAE not counted)."""
     import json
     import os
-    import subprocess
-    import sys
+
+    from warm_launch import warm_run
 
     from helpers import REPO, point_in, run_cli
 
@@ -158,8 +158,7 @@ def test_sd3_pipeline_flops_per_image_match_torch_flop_counter(tmp_path):
     point = point_in(tmp_path / "sd3_large_infer/cpu")
     script = tmp_path / "probe.py"
     script.write_text(SD3_PROBE)
-    proc = subprocess.run([sys.executable, str(script), str(point)], capture_output=True, text=True,
-                          timeout=300, cwd=point, env={**os.environ, "OMP_NUM_THREADS": "1"})  # fmt: skip
+    proc = warm_run(script, [point], {**os.environ, "OMP_NUM_THREADS": "1"}, point, [point / "bench.py"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     found = json.loads(proc.stdout.strip().splitlines()[-1])
     run, forwards = found["plan"]["infer"], found["forwards"]

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from warm_launch import warm_run
 
 from helpers import REPO
 
@@ -229,9 +230,8 @@ def test_a_part_whose_runs_all_fail_still_reports_each_in_its_summary(tmp_path):
 @pytest.mark.integration
 def test_the_hand_written_loop_runs_on_the_cpu_and_reports_sane_numbers(tmp_path):
     out = tmp_path / "hand.json"
-    proc = subprocess.run([sys.executable, "benchmarks/handwritten_train.py", "--device", "cpu", "--smoke",
-                           "--peak-flops", "1e12", "--metrics", str(out)],
-                          cwd=REPO, capture_output=True, text=True, timeout=180)  # fmt: skip
+    args = ["--device", "cpu", "--smoke", "--peak-flops", "1e12", "--metrics", out]
+    proc = warm_run(REPO / "benchmarks/handwritten_train.py", args, dict(os.environ), REPO, [], timeout=180)
     assert proc.returncode == 0, proc.stderr
     line = json.loads(proc.stdout.strip().splitlines()[-1])
     assert line == json.loads(out.read_text())
