@@ -30,6 +30,7 @@ from helpers import REPO, free_port
 ZYGOTE = REPO / "tests" / "warm_zygote.py"
 READCOUNT = REPO / "tests" / "readcount"  # armed in the warm process, so every library sees it
 LAUNCHERS = ("torchrun", "python")  # what launch.sh runs on the CPU; accelerate's runs for real
+IMPORTS_S = 180  # the most a loaded machine may take to import torch and a program's libraries
 
 _lock = threading.Lock()
 _zygote: subprocess.Popen | None = None
@@ -83,9 +84,10 @@ def _serve(request: dict) -> subprocess.CompletedProcess:
         zygote.stdin.flush()
         with selectors.DefaultSelector() as waiting:
             waiting.register(zygote.stdout, selectors.EVENT_READ)
-            if not waiting.select(timeout + 60):
+            # the run's own limit, and the warm process's imports before it (its start, the preloads)
+            if not waiting.select(timeout + IMPORTS_S):
                 zygote.kill()
-                raise TimeoutError(f"the warm process did not answer in {timeout + 60} s")
+                raise TimeoutError(f"the warm process did not answer in {timeout + IMPORTS_S} s")
         line = zygote.stdout.readline()
     if not line:
         raise RuntimeError(f"the warm process ended (status {zygote.wait()})")
