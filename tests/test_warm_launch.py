@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 
 import pytest
@@ -41,6 +42,8 @@ def test_a_failing_rank_gives_its_status_and_its_waiting_peer_is_stopped(tmp_pat
         assert seen == expected
     ok = warm_run(script, [tmp_path / "again", 0, 0], env, tmp_path, [], processes=2)
     assert ok.returncode == 0
+    with pytest.raises(subprocess.TimeoutExpired):  # rank 0 sleeps past the run's limit
+        warm_run(script, [tmp_path / "late", 0, 600], env, tmp_path, [], timeout=2, processes=2)
 
 
 def test_an_exception_is_status_1_with_its_traceback_and_a_start_up_instrument_runs_first(tmp_path):

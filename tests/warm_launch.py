@@ -92,7 +92,9 @@ def _serve(request: dict) -> subprocess.CompletedProcess:
     if not line:
         raise RuntimeError(f"the warm process ended (status {zygote.wait()})")
     reply = json.loads(line)
+    command = [request["script"], *request["args"]]
+    if reply["timed_out"]:  # as subprocess.run and launch_nodes' communicate end a run past its limit
+        raise subprocess.TimeoutExpired(command, timeout, reply["out"], reply["err"])
     first = reply["first_failed"]  # as torchrun: the status of the rank that failed first
     code = 0 if first is None else reply["codes"][first]
-    command = [request["script"], *request["args"]]
     return subprocess.CompletedProcess(command, code, reply["out"], reply["err"])
