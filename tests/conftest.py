@@ -7,6 +7,8 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,38 @@ def write(tmp_path):
         return path
 
     return _write
+
+
+# ---------------------------------------------------------------- the programs' interpreter
+
+TESTS = Path(__file__).resolve().parent
+WARM_PYTHON = TESTS / "warm_python" / "python"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def warm_python():
+    """The interpreter of the programs this worker's tests run through launch.sh: PYTHON, in the
+    environment that `benchc run` and the tests' own launches inherit, is tests/warm_python/python,
+    served by this worker's warm process (tests/warm_server.py), which imports torch and each
+    program's libraries once. A test whose subject is the launch itself (signals, Slurm, the
+    first CPU smoke run) names the real interpreter (PYTHON=sys.executable)."""
+    folder = tempfile.mkdtemp(prefix="benchc-warm-")
+    address = os.path.join(folder, "socket")
+    env = {**os.environ, "PYTHONPATH": str(TESTS / "readcount"), "BENCHC_TEST_READCOUNT": "-"}
+    server = subprocess.Popen([sys.executable, str(TESTS / "warm_server.py"), address], stdin=subprocess.PIPE,
+                              stdout=subprocess.DEVNULL, env=env)  # fmt: skip
+    os.environ.update(
+        PYTHON=str(WARM_PYTHON), BENCHC_TEST_WARM_SOCKET=address, BENCHC_TEST_WARM_REAL=sys.executable
+    )
+    try:
+        yield
+    finally:
+        server.stdin.close()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 # ---------------------------------------------------------------- timing-dependent tests under load

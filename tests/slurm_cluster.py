@@ -15,6 +15,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -61,7 +62,10 @@ class TwoNodeSlurm:
 
     @property
     def env(self) -> dict[str, str]:
-        return {"SLURM_CONF": str(self.conf)}
+        """What the cluster's commands need, and the real interpreter for the programs of its
+        jobs (sbatch exports it): each node is a host of its own (its name, its network), which a
+        program forked from the tests' warm process (tests/conftest.py) would not be on."""
+        return {"SLURM_CONF": str(self.conf), "PYTHON": sys.executable}
 
     # -- up
 

@@ -17,7 +17,7 @@ from program_helpers import compile_point, load_program
 
 from benchc.results.store import Store
 
-from helpers import REPO
+from helpers import REPO, warm_python_env
 
 pytestmark = pytest.mark.integration
 
@@ -38,7 +38,7 @@ def wrong_backend(graph, example_inputs):
 
 def launch(point, metrics) -> subprocess.CompletedProcess:
     """The point's launch.sh, as a user runs it, writing its metrics to `metrics`."""
-    env = {"PATH": "/usr/bin:/bin", "PYTHON": sys.executable, "OMP_NUM_THREADS": "2"}
+    env = {"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "2", **warm_python_env()}
     command = ["bash", str(point / "launch.sh"), "--metrics", str(metrics)]
     return subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
 

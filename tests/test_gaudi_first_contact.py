@@ -307,7 +307,7 @@ SCRIPT = REPO / "benchmarks/gaudi_check.sh"
 
 
 def gaudi_check(out: Path, *args: str, env: dict | None = None, timeout: int = 180):
-    env = {**os.environ, "PYTHON": sys.executable, "OUT": str(out), **(env or {})}
+    env = {**os.environ, "OUT": str(out), **(env or {})}
     return subprocess.run(["bash", str(SCRIPT), *args], cwd=REPO, capture_output=True, text=True,
                           timeout=timeout, env=env)  # fmt: skip
 

@@ -13,7 +13,6 @@ import math
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -33,7 +32,7 @@ def load(name: str):
 
 
 def gpu_check(out: Path, *args: str, env: dict | None = None, timeout: int = 180):
-    env = {**os.environ, "PYTHON": sys.executable, "OUT": str(out), **(env or {})}
+    env = {**os.environ, "OUT": str(out), **(env or {})}
     return subprocess.run(["bash", str(SCRIPT), *args], cwd=REPO, capture_output=True, text=True,
                           timeout=timeout, env=env)  # fmt: skip
 
@@ -92,7 +91,7 @@ def test_the_training_part_dry_run_compiles_its_programs_and_fits_8_minutes(tmp_
     assert list(runs) == ["s1_b16_tuned", "s1_b16_plain", "hand_b16", "s1_b32_tuned", "s4"]
     assert [name for name, row in runs.items() if not row["required"]] == ["s4"]
     assert all(row["status"] == "dry run: compiled, not run" for row in runs.values())
-    assert proc.stdout.count("  starts: python") + proc.stdout.count(f"  starts: {sys.executable}") == 4
+    assert proc.stdout.count("  starts: python") + proc.stdout.count(f"  starts: {os.environ['PYTHON']}") == 4
     for name, batch, tier in (("s1_b16_tuned", 16, "tuned"), ("s1_b16_plain", 16, "plain"),
                               ("s1_b32_tuned", 32, "tuned")):  # fmt: skip
         manifest, plan = point(tmp_path, name, "sd3_mmdit_train")
@@ -200,7 +199,7 @@ def test_a_part_whose_runs_all_fail_still_reports_each_in_its_summary(tmp_path):
     (bin_dir / "python").write_text(
         "#!/usr/bin/env bash\n"
         'if [ "${1:-}" = -c ] && [[ "${2:-}" == *cuda.is_available* ]]; then exit 0; fi\n'
-        f'exec {sys.executable} "$@"\n'
+        f'exec {os.environ["PYTHON"]} "$@"\n'
     )
     (bin_dir / "nvidia-smi").write_text(
         "#!/usr/bin/env bash\necho 'name, memory.total [MiB], driver_version'\n"
@@ -209,7 +208,10 @@ def test_a_part_whose_runs_all_fail_still_reports_each_in_its_summary(tmp_path):
     for stub in bin_dir.iterdir():
         stub.chmod(0o755)
     out = tmp_path / "out"
-    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHON": str(bin_dir / "python")}
+    env = {
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "PYTHON": str(bin_dir / "python"),
+    }  # then the tests' own
     proc = gpu_check(out, "inference", env=env, timeout=400)
     assert proc.returncode == 0, proc.stderr
     assert "== s5_l40_tuned (up to 105 s)" in proc.stdout and "s3 ended with status 1" in proc.stdout

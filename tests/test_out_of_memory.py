@@ -36,7 +36,8 @@ def test_an_allocation_that_fails_on_the_cpu_is_recorded_as_oom_with_the_estimat
     # 6 GB of address space: torch and the libraries load (one thread, two malloc arenas, so
     # a machine of many cores reserves no more), the step's 76 GB do not
     limited = f"ulimit -v 6000000; exec {sys.executable} -m benchc run {point} --db {db}"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MALLOC_ARENA_MAX": "2"}
+    # a fresh interpreter, not the tests' warm one: what it holds is the subject here
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MALLOC_ARENA_MAX": "2", "PYTHON": sys.executable}
     run = subprocess.run(["bash", "-c", limited], cwd=REPO, env=env, capture_output=True, text=True,
                          timeout=300)  # fmt: skip
     assert run.returncode != 0 and "1 failed" in run.stdout, run.stdout + run.stderr

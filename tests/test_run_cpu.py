@@ -22,7 +22,7 @@ from energy_checks import assert_energy
 from memory_checks import MEMTRACE, assert_within_estimate, smoke_plan, traced_env
 from warm_launch import LAUNCHERS, warm_launch
 
-from helpers import REPO, free_port, point_in, run_cli
+from helpers import REPO, free_port, point_in, run_cli, warm_python_env
 
 pytestmark = pytest.mark.integration
 
@@ -39,6 +39,8 @@ def launch_nodes(point, env: dict, timeout: float = 300, warm: bool = False) -> 
     run = json.loads((point / "manifest.json").read_text())["run"]
     if warm and run["launcher"] in LAUNCHERS:
         return warm_launch(point, env, timeout)
+    if warm:  # accelerate's or DeepSpeed's launcher, for real, its interpreters the tests' warm ones
+        env = {**env, **warm_python_env()}
     nodes = run["nodes"]
     if nodes > 1:
         env = {**env, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "RDZV_ID": point.name,

@@ -50,7 +50,7 @@ def test_a_run_whose_store_stays_locked_keeps_its_result_for_ingest(tmp_path):
     (point / "bench.py").write_text(PRELUDE + body)
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(db)], stdout=subprocess.PIPE, text=True)
     try:
-        env = {**os.environ, "BENCHC_STORE_WAIT_S": "11", "PYTHON": sys.executable}
+        env = {**os.environ, "BENCHC_STORE_WAIT_S": "11"}
         started = time.monotonic()
         command = [sys.executable, "-m", "benchc", "run", str(point), "--db", str(db), "--repeat", "2"]
         run = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120, env=env)
@@ -85,7 +85,7 @@ def test_a_command_meeting_a_locked_store_says_so_and_exits_3(tmp_path):
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(db)], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
-        env = {**os.environ, "BENCHC_STORE_WAIT_S": "1", "PYTHON": sys.executable}
+        env = {**os.environ, "BENCHC_STORE_WAIT_S": "1"}
         run = subprocess.run([sys.executable, "-m", "benchc", "run", str(point), "--db", str(db)], cwd=REPO,
                              capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
     finally:
@@ -128,7 +128,7 @@ def test_a_calibration_whose_store_stays_locked_keeps_its_file_for_ingest(tmp_pa
     holder = subprocess.Popen([sys.executable, "-c", CALIBRATION_HOLDER, str(db)], stdout=subprocess.PIPE,
                               text=True)  # fmt: skip
     try:
-        env = {**os.environ, "BENCHC_STORE_WAIT_S": "2", "PYTHON": sys.executable}
+        env = {**os.environ, "BENCHC_STORE_WAIT_S": "2"}
         calibrate = benchc_run("calibrate", "--smoke", "-o", str(tmp_path / "cal"), "--db", str(db), env=env)
         assert holder.stdout.readline().strip() == "held"
     finally:

@@ -21,6 +21,7 @@ import runpy
 import signal
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -64,11 +65,18 @@ def run_rank(program: Path, args: list[str], cwd: str, env: dict, out: Path) -> 
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    os.environ.clear()
-    os.environ.update(env)
     os.chdir(cwd)
     sys.argv = [str(program), *args]
     sys.path[0] = str(program.parent)
+    become_main(env, None, str(program))
+
+
+def become_main(env: dict, module: str | None, script: str) -> None:
+    """In a forked child whose streams, signals, argv and sys.path[0] are set: the environment,
+    the start-up instruments of its PYTHONPATH, the module or script as __main__, then what the
+    interpreter does at its end (threads joined, exit functions); exits with the status."""
+    os.environ.clear()
+    os.environ.update(env)
     code = 0
     try:
         for entry in [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p not in ARMED]:
@@ -79,21 +87,31 @@ def run_rank(program: Path, args: list[str], cwd: str, env: dict, out: Path) -> 
             import torch
 
             torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
-        runpy.run_path(str(program), run_name="__main__")
+        if module is None:
+            runpy.run_path(script, run_name="__main__")
+        else:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
     except SystemExit as end:
         if end.code is None or isinstance(end.code, int):
             code = end.code or 0
         else:
             print(end.code, file=sys.stderr)
             code = 1
+    except KeyboardInterrupt:  # as the interpreter: the traceback, then killed by SIGINT
+        traceback.print_exc()
+        code = -signal.SIGINT
     except BaseException:  # noqa: BLE001 - as the interpreter does: the traceback, status 1
         traceback.print_exc()
         code = 1
     try:
+        threading._shutdown()  # non-daemon threads, as the interpreter waits for them
         atexit._run_exitfuncs()
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
+        if code < 0:
+            signal.signal(-code, signal.SIG_DFL)
+            os.kill(os.getpid(), -code)
         os._exit(code)
 
 

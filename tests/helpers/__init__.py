@@ -85,6 +85,13 @@ def run_benchc(*args: str, cwd: Path | None = None, env: dict | None = None) -> 
     return Result(proc.returncode, proc.stdout, proc.stderr)
 
 
+def warm_python_env() -> dict:
+    """What a test's own environment for a launch needs to run its programs with the tests'
+    interpreter (tests/conftest.py's warm_python): PYTHON and the warm process's address."""
+    names = ("PYTHON", "BENCHC_TEST_WARM_SOCKET", "BENCHC_TEST_WARM_REAL")
+    return {name: os.environ[name] for name in names if name in os.environ}
+
+
 def free_port() -> int:
     """A TCP port free on loopback now (for a rendezvous between launchers)."""
     import socket
