@@ -26,6 +26,8 @@ marked so). The module is just over 400 lines: each phase's bounds sit with thei
 
 from __future__ import annotations
 
+from collections import Counter
+
 from ..catalog.metrics import METRICS
 from ..figures import normal_unit, sig
 from ..records import frozen
@@ -404,9 +406,11 @@ def _generation(plan: Plan, ceilings: Ceilings | None = None) -> tuple[Phase, ..
     loop = plan.tuning is not None and plan.tuning.decode == "loop" and bucket is not None
     windows = m.census.windows if loop and any(m.census.windows) else (None,) * m.layers
 
+    layers_of = Counter(windows)  # the layers that share a window read alike: each window once
+
     def layer_keys(filled: int) -> float:
         end = keys_read(filled, bucket, cache)
-        return sum(end - window_start(filled, w, bucket or 1) for w in windows) / m.layers
+        return sum(n * (end - window_start(filled, w, bucket or 1)) for w, n in layers_of.items()) / m.layers
 
     read = sum(layer_keys(ins + j) for j in range(1, steps + 1))
     windowed = ", a sliding-window layer from its window's first bucket" if any(windows) else ""
