@@ -27,6 +27,15 @@ def write(tmp_path):
     return _write
 
 
+# ---------------------------------------------------------------- Ctrl-C heard wherever the suite starts
+
+# A shell without job control starts a command it runs in the background (`cmd &` in a script)
+# with SIGINT ignored, and every process started from it inherits that: the tests that stop
+# benchc, launch.sh or a program with Ctrl-C would see it ignored. The tests' processes hear it.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 # ---------------------------------------------------------------- the programs' interpreter
 
 TESTS = Path(__file__).resolve().parent

@@ -74,10 +74,10 @@ def warm_python(*args, cwd: Path, env: dict | None = None, **options) -> subproc
 SERVED = """
 import os, signal, sys, time
 import torch
-print("served", os.getpid(), sys.argv[1:], os.getcwd(), os.environ.get("GIVEN"), flush=True)
-print("to stderr", file=sys.stderr, flush=True)
 if sys.argv[1] == "stubborn":
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(7))
+print("served", os.getpid(), sys.argv[1:], os.getcwd(), os.environ.get("GIVEN"), flush=True)
+print("to stderr", file=sys.stderr, flush=True)
 if sys.argv[1] in ("stubborn", "plain"):
     time.sleep(600)
 sys.exit(int(sys.argv[1]))
