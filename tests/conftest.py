@@ -39,7 +39,6 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 # ---------------------------------------------------------------- the programs' interpreter
 
 TESTS = Path(__file__).resolve().parent
-WARM_PYTHON = TESTS / "warm_python" / "python"
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -54,6 +53,8 @@ def warm_python():
     env = {**os.environ, "PYTHONPATH": str(TESTS / "readcount"), "BENCHC_TEST_READCOUNT": "-"}
     server = subprocess.Popen([sys.executable, str(TESTS / "warm_server.py"), address], stdin=subprocess.PIPE,
                               stdout=subprocess.DEVNULL, env=env)  # fmt: skip
+    from warm_launch import WARM_PYTHON
+
     os.environ.update(
         PYTHON=str(WARM_PYTHON), BENCHC_TEST_WARM_SOCKET=address, BENCHC_TEST_WARM_REAL=sys.executable
     )

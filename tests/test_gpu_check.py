@@ -208,10 +208,8 @@ def test_a_part_whose_runs_all_fail_still_reports_each_in_its_summary(tmp_path):
     for stub in bin_dir.iterdir():
         stub.chmod(0o755)
     out = tmp_path / "out"
-    env = {
-        "PATH": f"{bin_dir}:{os.environ['PATH']}",
-        "PYTHON": str(bin_dir / "python"),
-    }  # then the tests' own
+    # the stub answers the CUDA check, then hands everything else to the tests' own PYTHON
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHON": str(bin_dir / "python")}
     proc = gpu_check(out, "inference", env=env, timeout=400)
     assert proc.returncode == 0, proc.stderr
     assert "== s5_l40_tuned (up to 105 s)" in proc.stdout and "s3 ended with status 1" in proc.stdout
