@@ -141,7 +141,8 @@ def test_torchrun_under_the_warm_python_starts_its_ranks_from_it(tmp_path):
         "total = torch.ones(1)\n"
         "dist.all_reduce(total)\n"
         "warm = sys.executable.endswith('warm_python/python')\n"
-        "print('rank', os.environ['RANK'], int(total.item()), warm)\n"
+        # one write per rank: with PYTHONUNBUFFERED, print's pieces of two ranks would interleave
+        "sys.stdout.write(f\"rank {os.environ['RANK']} {int(total.item())} {warm}\\n\")\n"
         "dist.destroy_process_group()\n"
         "sys.exit(int(sys.argv[1]) if os.environ['RANK'] == '1' else 0)\n"
     )
