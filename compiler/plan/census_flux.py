@@ -11,6 +11,8 @@ which matrices multiply 5, 3, 8 or 1 rows, with no per-family arithmetic and no 
 
 from __future__ import annotations
 
+from benchc.plan.uninitialised import uninitialised
+
 IMAGE_PROBE, TEXT_PROBE = 5, 3  # tokens of the meta forward: four distinct row counts
 STREAMS = {IMAGE_PROBE: "image_matmul", TEXT_PROBE: "text_matmul",
            IMAGE_PROBE + TEXT_PROBE: "joint_matmul", 1: "sample_matmul"}  # fmt: skip
@@ -20,7 +22,7 @@ def flux_census(config: dict) -> dict:
     import torch
     from diffusers import FluxTransformer2DModel
 
-    with torch.device("meta"):
+    with torch.device("meta"), uninitialised():
         model = FluxTransformer2DModel(**config)
     rows: dict[int, int] = {}
 
@@ -71,6 +73,6 @@ def flux_tensors(config: dict) -> dict:
     import torch
     from diffusers import FluxTransformer2DModel
 
-    with torch.device("meta"):
+    with torch.device("meta"), uninitialised():
         model = FluxTransformer2DModel(**config)
     return {"tensors": {name: list(t.shape) for name, t in model.state_dict().items()}}

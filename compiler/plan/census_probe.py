@@ -21,6 +21,7 @@ import json
 import sys
 
 from benchc.catalog.causal_lm import COMMON_KEYS, FAMILY_KEYS
+from benchc.plan.uninitialised import uninitialised
 
 # every config key a spec setting maps to, in any family: the values the built config holds
 CONFIG_KEYS = {*COMMON_KEYS.values(), *(key for keys in FAMILY_KEYS.values() for key in keys.values())}
@@ -44,14 +45,19 @@ def _window(layer, config, index: int) -> int | None:
     return int(window) if window else None
 
 
-def census(config_dict: dict) -> dict:
+def built_on_meta(config_dict: dict):
+    """(the transformers config, the causal LM it builds on the meta device, uninitialised)."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
     data = dict(config_dict)
     config = AutoConfig.for_model(data.pop("model_type"), **data)
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
+    with torch.device("meta"), uninitialised():
+        return config, AutoModelForCausalLM.from_config(config)
+
+
+def census(config_dict: dict) -> dict:
+    config, model = built_on_meta(config_dict)
     experts, routed = _experts_per_token(config)
     head = model.get_output_embeddings()
     embedding = model.get_input_embeddings()
@@ -105,13 +111,7 @@ def _plain(value):
 def tensors(config_dict: dict) -> dict:
     """The tensors save_pretrained writes for the model of this config: name -> shape (a tied
     output head is not written)."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    data = dict(config_dict)
-    config = AutoConfig.for_model(data.pop("model_type"), **data)
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
+    config, model = built_on_meta(config_dict)
     tied = set(getattr(model, "_tied_weights_keys", None) or []) if config.tie_word_embeddings else set()
     return {"tensors": {name: list(t.shape) for name, t in model.state_dict().items() if name not in tied}}
 
