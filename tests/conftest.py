@@ -36,6 +36,19 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+# ---------------------------------------------------------------- one thread a process
+
+# The suite runs three workers on two cores (-n 3), each with its warm python and the programs
+# it starts. torch's default is a thread per core in every process: oversubscribed, each
+# parallel op waits at its barrier for a thread the scheduler has parked, and in-process model
+# work under load took four times as long (tests/test_decode_buckets.py beside two busy loops:
+# 405 s with two threads a process, 106 s with one). Every process of the suite inherits one
+# thread; a test that wants another count sets it in the environment it passes.
+os.environ["OMP_NUM_THREADS"] = "1"
+if "torch" in sys.modules:
+    sys.modules["torch"].set_num_threads(1)
+
+
 # ---------------------------------------------------------------- the programs' interpreter
 
 TESTS = Path(__file__).resolve().parent
