@@ -147,10 +147,6 @@ def _version(library: str) -> str | None:
         return None
 
 
-def _transformers_version() -> str | None:
-    return _version("transformers")
-
-
 def _counted(text: str, table: str, library: str, noun: str, request: dict, build):
     """A census, built by `build` from its JSON: from the shipped table, else benchc's cache
     (keyed by the config and the library's version), else counted now by the child process."""
@@ -255,14 +251,21 @@ def _run_probe(request: dict):
 def checkpoint_tensors(config: dict) -> dict[str, tuple]:
     """The tensors a checkpoint of this config holds, as save_pretrained writes them (name ->
     shape), from the model built on the meta device; cached as the census is."""
+    request = {"config": json.loads(canonical(config)), "tensors": True}
+    return _tensors(config, "transformers", "tensors", request)
+
+
+def _tensors(config: dict, library: str, prefix: str, request: dict) -> dict[str, tuple]:
+    """The probe's answer to a tensors request for this config, from benchc's cache (keyed by
+    the config and the library's version) or counted now and cached."""
     text = canonical(config)
-    version = _transformers_version()
+    version = _version(library)
     if version is None:
         raise CensusUnavailable(
             "benchc compares a weights folder with the model its config builds, on the meta device, "
-            "which needs transformers and torch: install the run extra"
+            f"which needs {library} and torch: install the run extra"
         )
-    name = f"tensors-{cache.key(text, version)}.json"
+    name = f"{prefix}-{cache.key(text, version)}.json"
     stored = cache.read_bytes(name)
     answer = None
     if stored is not None:
@@ -271,9 +274,9 @@ def checkpoint_tensors(config: dict) -> dict[str, tuple]:
         except ValueError:
             answer = None
     if not isinstance(answer, dict) or not isinstance(answer.get("tensors"), dict):
-        answer = _run_probe({"config": json.loads(text), "tensors": True})
+        answer = _run_probe(request)
         if "error" in answer:
-            raise CensusError(f"transformers refuses the checkpoint's config: {answer['error']}")
+            raise CensusError(f"{library} refuses the checkpoint's config: {answer['error']}")
         cache.write_bytes(name, json.dumps(answer, sort_keys=True).encode())
     return {tensor: tuple(shape) for tensor, shape in answer["tensors"].items()}
 
@@ -290,16 +293,8 @@ def _flux_census_of(text: str) -> FluxCensus:
 
 def flux_checkpoint_tensors(config: dict) -> dict[str, tuple]:
     """The tensors a Flux transformer checkpoint of this config holds (name -> shape), from
-    the model built on the meta device."""
-    if _version("diffusers") is None:
-        raise CensusUnavailable(
-            "benchc compares a weights folder with the model its config builds, on the meta device, "
-            "which needs diffusers and torch: install the run extra"
-        )
-    answer = _run_probe({"flux": config, "tensors": True})
-    if "error" in answer:
-        raise CensusError(f"diffusers refuses the checkpoint's config: {answer['error']}")
-    return {tensor: tuple(shape) for tensor, shape in answer["tensors"].items()}
+    the model built on the meta device; cached as the census is."""
+    return _tensors(config, "diffusers", "flux-tensors", {"flux": config, "tensors": True})
 
 
 def flux_census_of(config: dict) -> FluxCensus:
