@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -11,9 +12,10 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from checkpoint_helpers import mmdit_checkpoint
-from scripted_points import ok_metrics_body, scripted_point
+from scripted_points import ok_metrics, ok_metrics_body, scripted_point
 
 from benchc.pids import alive
 from benchc.results.store import Store
@@ -86,8 +88,67 @@ def test_a_crashing_real_program_names_the_rank_and_error(tmp_path):
     result = benchc("run", str(point), db=db)
     assert result.returncode == 1
     record = only_run(db)
-    assert record.status == "failed" and "rank 0 raised" in record.cause
+    # both ranks lose the file; the first to raise is named, the other stopped by its launcher
+    assert record.status == "failed" and re.search(r"rank [01] raised", record.cause), record.cause
     assert "sd3-weights" in record.cause and "missing" in record.cause
+
+
+def test_a_real_program_stopped_by_sigterm_from_elsewhere_is_recorded_at_its_step(tmp_path):
+    """SIGTERM to the program itself (a scheduler's or an operator's, not benchc's): its record
+    matches the metrics schema and the run is stored as cancelled at the step it reached."""
+    db = tmp_path / "r.db"
+    mmdit_checkpoint(tmp_path / "sd3-weights")  # a tiny model, its run long enough to stop
+    spec = tmp_path / "tiny.bench"
+    spec.write_text('experiment tiny {\n  model mmdit { weights = "sd3-weights" }\n'
+                    "  train { batch = 2; resolution = 128; steps = 2000; warmup = 1; precision = fp32 }\n"
+                    "  cluster { nodes = 1; devices_per_node = 1 }\n  targets = [cpu]\n}\n")  # fmt: skip
+    env = {**os.environ, "PYTHON": sys.executable}  # the program's own process, as a user's
+    runner = subprocess.Popen([sys.executable, "-m", "benchc", "run", str(spec), "-o", str(tmp_path / "b"),
+                               "--db", str(db)], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    try:
+
+        def measuring() -> bool:
+            runs = db.exists() and Store(db).runs()
+            log = Path(runs[0].log_path) if runs else None
+            return bool(log and log.exists() and "phase measuring" in log.read_text())
+
+        wait_for(measuring, seconds=240)
+        (program,) = [p for p in psutil.Process(runner.pid).children(recursive=True)
+                      if "bench.py" in p.cmdline()]  # fmt: skip
+        program.send_signal(signal.SIGTERM)
+        output, _ = runner.communicate(timeout=120)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    assert runner.returncode == 1, output
+    record = only_run(db)
+    assert record.status == "cancelled", record.cause
+    assert re.fullmatch(r"the program received SIGTERM at step \d+ of \d+, not from benchc", record.cause)
+    assert record.metrics["error"]["type"] == "Stopped" and record.metrics["error"]["traceback"] == ""
+
+
+PEER_RAISED = f"""
+step(1)
+run = os.path.dirname(metrics_path)
+# what the real program writes when rank 1 raises and its launcher then stops rank 0
+stopped = {{**{ok_metrics()!r}, "status": "cancelled", "error": {{"type": "Stopped",
+           "message": "received SIGTERM (cancelled) in phase measuring", "rank": 0, "traceback": ""}}}}
+raised = {{"status": "failed", "error": {{"type": "RuntimeError", "message": "rank 1 lost its device",
+          "rank": 1, "traceback": "Traceback ..."}}}}
+json.dump(raised, open(os.path.join(run, "metrics.rank1.json"), "w"))
+json.dump(stopped, open(metrics_path, "w"))
+sys.exit(143)
+"""
+
+
+def test_rank_0_stopped_after_another_rank_raised_is_that_rank_s_failure(tmp_path):
+    point = scripted_point(tmp_path, PEER_RAISED)
+    result = benchc("run", str(point), db=tmp_path / "r.db")
+    assert result.returncode == 1, result.stdout + result.stderr
+    record = only_run(tmp_path / "r.db")
+    assert record.status == "failed", record.cause
+    assert record.cause == "rank 1 raised RuntimeError: rank 1 lost its device"
 
 
 def test_timeout_stops_the_whole_process_group(tmp_path):

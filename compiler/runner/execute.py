@@ -188,10 +188,12 @@ def launch(path: Path, nodes: int, world: int, run_dir: Path, timeout_s: float,
         why = shutdown_error(log_tail) or _last_exception(log_tail) or "see the log"
         warning = f"the launcher failed after the metrics were complete (exit code {returncode}): {why}"
         return Outcome("ok", None, metrics, returncode, log_tail, elapsed, warning=warning)
-    if metrics and metrics.get("status") in ("cancelled", "timeout"):  # SIGTERM from elsewhere
+    ranks = sorted(run_dir.glob("metrics.rank*.json"))
+    stopped = metrics and metrics.get("status") in ("cancelled", "timeout")
+    if stopped and not _raised(ranks):  # SIGTERM from elsewhere
         return Outcome(metrics["status"], f"the program received SIGTERM{_reached(metrics)}, not from benchc",
                        metrics, returncode, log_tail, elapsed)  # fmt: skip
-    ranks = sorted(run_dir.glob("metrics.rank*.json"))
+    # else another rank failed first, and its launcher stopped rank 0: the run failed
     return Outcome("failed", failure_cause(metrics, ranks, returncode, log_tail), metrics,
                    returncode, log_tail, elapsed)  # fmt: skip
 
@@ -223,6 +225,20 @@ def _read_json(path: Path) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
+# Endings a rank records that are not its own failure: a stop by a signal, an exit
+STOPS = ("SystemExit", "KeyboardInterrupt", "Stopped")
+
+
+def _raised(rank_files: list[Path]) -> bool:
+    """Whether another rank recorded an error of its own, not a stop."""
+    for rank_file in rank_files:
+        data = _read_json(rank_file)
+        error = data.get("error") if data else None
+        if isinstance(error, dict) and error.get("type") not in STOPS:
+            return True
+    return False
+
+
 def failure_cause(metrics: dict | None, rank_files: list[Path], returncode: int | None, log_tail: str) -> str:
     """One line that says why a run failed, from the most specific evidence there is: the
     errors the ranks recorded (rank 0's metrics, the other ranks' metrics.rank<N> files)."""
@@ -233,7 +249,7 @@ def failure_cause(metrics: dict | None, rank_files: list[Path], returncode: int 
         data = _read_json(rank_file)
         if data and isinstance(data.get("error"), dict):  # a rank's file is not schema-checked
             errors.append(data["error"])
-    real = [e for e in errors if e.get("type") not in ("SystemExit", "KeyboardInterrupt", "Stopped")]
+    real = [e for e in errors if e.get("type") not in STOPS]
     for err in real or errors:
         kind, message, rank = err.get("type", "error"), err.get("message", ""), err.get("rank", "?")
         text = f"{kind}: {message}".lower()

@@ -635,6 +635,7 @@ def stopped_record(metrics: dict) -> dict:
             "type": "Stopped",
             "message": f"received {name} ({ENDING['status']}){where}",
             "rank": ENDING["rank"],
+            "traceback": "",  # a stop raised no exception
         },
         "ended_at": utc_now(),
     }
