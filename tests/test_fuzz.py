@@ -107,14 +107,16 @@ class Hang(BaseException):  # not an Exception: no `except Exception` in benchc 
 
 @contextmanager
 def bounded(seconds: float = IN_PROCESS_SECONDS, memory: int = MEMORY):
-    """Fail with Hang past `seconds`, and with MemoryError when this process's address space
-    grows by more than `memory` bytes (Linux; elsewhere only the time is bounded)."""
+    """Fail with Hang past `seconds` of this process's CPU time, and with MemoryError when its
+    address space grows by more than `memory` bytes (Linux; elsewhere only the time is
+    bounded). CPU time, not the clock's: a known-nasty input that plans in 1.2 s alone passed
+    10 s of the clock in a loaded CI run on 2 cores, where nothing hung."""
 
     def alarm(signum, frame):
-        raise Hang(f"still running after {seconds} s")
+        raise Hang(f"still running after {seconds} s of CPU")
 
-    previous_handler = signal.signal(signal.SIGALRM, alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    previous_handler = signal.signal(signal.SIGPROF, alarm)
+    signal.setitimer(signal.ITIMER_PROF, seconds)
     limits = resource.getrlimit(resource.RLIMIT_AS)
     try:
         pages = int(Path("/proc/self/statm").read_text().split()[0])
@@ -126,8 +128,8 @@ def bounded(seconds: float = IN_PROCESS_SECONDS, memory: int = MEMORY):
     try:
         yield
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous_handler)
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, previous_handler)
         resource.setrlimit(resource.RLIMIT_AS, limits)
 
 
@@ -185,7 +187,7 @@ EXPLICIT = set(KNOWN_NASTY.values())
 def front_end_and_compile_give_plans_or_located_errors(case: Case):
     generated = case not in EXPLICIT
     with workspace(case) as root:
-        started = time.monotonic()
+        started = time.process_time()
         check_fmt(root / "spec.bench")
         try:
             with bounded():
@@ -217,7 +219,7 @@ def front_end_and_compile_give_plans_or_located_errors(case: Case):
             return
         assert first, "compile wrote nothing"
         assert snapshot(out) == first, "a second compile gave different bytes"
-        assert time.monotonic() - started < IN_PROCESS_SECONDS * 2
+        assert time.process_time() - started < IN_PROCESS_SECONDS * 2
 
 
 @pytest.fixture(scope="module")
@@ -270,7 +272,7 @@ EXPECTED = {
 def test_each_known_nasty_input_ends_as_it_should_and_fast(name: str):
     case = KNOWN_NASTY[name]
     with workspace(case) as root:
-        started = time.monotonic()
+        started = time.process_time()
         try:
             with bounded():
                 planned = plan_spec(root / "spec.bench", targets=case.targets, overrides=case.overrides,
@@ -281,7 +283,7 @@ def test_each_known_nasty_input_ends_as_it_should_and_fast(name: str):
             assert_located(exc.diagnostics[0])
         else:
             assert EXPECTED[name] is None and planned.plans
-        assert time.monotonic() - started < 5
+        assert time.process_time() - started < 5
 
 
 def _well_formed(test):
